@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: Apache-2.0
+// Sequence lengths from a list, a text file, or a Megatron-LM index file.
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "dcp/batch.h"
+
+namespace dcp {
+namespace {
+
+Result<int64_t> ParseLength(std::string_view text) {
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) {
+    return Status::InvalidArgument(fmt::format("'{}' is not a sequence length", text));
+  }
+  if (value < 1 || value > kMaxSequenceLength) {
+    return Status::InvalidArgument(
+        fmt::format("sequence length {} is not in [1, {}]", value, kMaxSequenceLength));
+  }
+  return value;
+}
+
+std::string_view Trim(std::string_view s) {
+  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r'; };
+  while (!s.empty() && space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+Result<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound(fmt::format("cannot open '{}'", path));
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return Status::NotFound(fmt::format("cannot read '{}'", path));
+  return data;
+}
+
+// Little-endian reader over a byte buffer that fails instead of reading past the end.
+class ByteReader {
+ public:
+  explicit ByteReader(std::string_view data) : data_(data) {}
+
+  template <typename T>
+  bool Read(T* value) {
+    if (data_.size() - pos_ < sizeof(T)) return false;
+    std::memcpy(value, data_.data() + pos_, sizeof(T));  // x86-64 and aarch64 are little-endian
+    pos_ += sizeof(T);
+    return true;
+  }
+  size_t remaining() const { return data_.size() - pos_; }
+
+ private:
+  std::string_view data_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+Result<std::vector<int64_t>> ParseLengthList(std::string_view text) {
+  std::vector<int64_t> lengths;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string_view::npos) comma = text.size();
+    Result<int64_t> len = ParseLength(Trim(text.substr(start, comma - start)));
+    if (!len.ok()) return len.status().WithContext(fmt::format("length list '{}'", text));
+    lengths.push_back(*len);
+    start = comma + 1;
+  }
+  return lengths;
+}
+
+Result<std::vector<int64_t>> ReadLengthsFile(const std::string& path) {
+  DCP_ASSIGN_OR_RETURN(std::string data, ReadFile(path));
+  std::vector<int64_t> lengths;
+  std::string_view rest = data;
+  for (int line = 1; !rest.empty(); ++line) {
+    const size_t nl = rest.find('\n');
+    std::string_view text = rest.substr(0, nl);
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+    text = Trim(text.substr(0, text.find('#')));
+    if (text.empty()) continue;
+    Result<int64_t> len = ParseLength(text);
+    if (!len.ok()) return len.status().WithContext(fmt::format("'{}' line {}", path, line));
+    lengths.push_back(*len);
+  }
+  if (lengths.empty()) return Status::InvalidArgument(fmt::format("'{}' holds no lengths", path));
+  return lengths;
+}
+
+Result<std::vector<int64_t>> ReadMegatronIndex(const std::string& path) {
+  static constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
+  DCP_ASSIGN_OR_RETURN(std::string data, ReadFile(path));
+  const auto corrupt = [&path](std::string_view what) {
+    return Status::Corrupt(fmt::format("Megatron index '{}': {}", path, what));
+  };
+  if (data.size() < sizeof(kMagic) || std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0) {
+    return corrupt("missing the MMIDIDX header");
+  }
+  ByteReader reader(std::string_view(data).substr(sizeof(kMagic)));
+  uint64_t version = 0, n_sequences = 0, n_documents = 0;
+  uint8_t dtype_code = 0;
+  if (!reader.Read(&version) || !reader.Read(&dtype_code) || !reader.Read(&n_sequences) ||
+      !reader.Read(&n_documents)) {
+    return corrupt("truncated header");
+  }
+  if (version != 1) return corrupt(fmt::format("version {} is not 1", version));
+  if (dtype_code < 1 || dtype_code > 8) return corrupt(fmt::format("dtype code {}", dtype_code));
+  if (n_sequences == 0) return corrupt("no sequences");
+  // Lengths (int32), then pointers (int64) and document indices (int64) must all be present.
+  if (n_sequences > reader.remaining() / 12 ||
+      n_documents > (reader.remaining() - 12 * n_sequences) / 8) {
+    return corrupt(fmt::format("{} sequences and {} documents do not fit in the file", n_sequences,
+                               n_documents));
+  }
+  std::vector<int64_t> lengths(n_sequences);
+  for (uint64_t i = 0; i < n_sequences; ++i) {
+    int32_t len = 0;
+    reader.Read(&len);
+    if (len < 1) return corrupt(fmt::format("sequence {} has length {}", i, len));
+    lengths[i] = len;
+  }
+  return lengths;
+}
+
+}  // namespace dcp

@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "dcp/blocks.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace dcp {
+namespace {
+
+constexpr int64_t kMaxBlocks = std::numeric_limits<int32_t>::max();
+
+// Columns [first, last) a slice may touch on rows [u, v): its ends are monotone in the row.
+std::pair<int64_t, int64_t> ColumnSpan(const Slice& s, int64_t u, int64_t v) {
+  return {std::min(s.lo.At(u), s.lo.At(v - 1)), std::max(s.hi.At(u), s.hi.At(v - 1))};
+}
+
+// Appends the compute blocks of one sequence. Areas are computed once per tile and shared by the
+// head groups.
+Status AddComputeBlocks(const Mask& mask, SequenceId sequence, int32_t first_block,
+                        int64_t block_size, const BlockingOptions& options,
+                        const AttentionShape& shape, BlockSet* set) {
+  const int64_t length = mask.length();
+  const auto n_blocks = static_cast<int32_t>((length + block_size - 1) / block_size);
+  const int64_t heads_per_group = shape.heads / options.head_groups;
+  const int64_t fwd_per_pair = 4 * shape.head_dim * heads_per_group;
+  const int64_t bwd_per_pair = 10 * shape.head_dim * heads_per_group;
+
+  struct Tile {
+    int32_t q, kv;
+    int64_t area;
+  };
+  std::vector<Tile> tiles;
+  std::vector<const Slice*> rows_slices;
+  std::vector<char> touched(n_blocks);
+  for (int32_t i = 0; i < n_blocks; ++i) {
+    const int64_t u = i * block_size, v = std::min(length, u + block_size);
+    rows_slices.clear();
+    std::fill(touched.begin(), touched.end(), 0);
+    for (const Slice& s : mask.slices()) {
+      if (s.row_begin >= v || s.row_end <= u) continue;
+      rows_slices.push_back(&s);
+      const auto [first, last] = ColumnSpan(s, std::max(u, s.row_begin), std::min(v, s.row_end));
+      for (int64_t j = first / block_size; j < (last + block_size - 1) / block_size; ++j) {
+        touched[j] = 1;
+      }
+    }
+    for (int32_t j = 0; j < n_blocks; ++j) {
+      if (!touched[j]) continue;
+      const int64_t k0 = j * block_size, k1 = std::min(length, k0 + block_size);
+      int64_t area = 0;
+      for (const Slice* s : rows_slices) area += SliceArea(*s, u, v, k0, k1);
+      if (area > 0) tiles.push_back({i, j, area});
+    }
+  }
+  if (static_cast<int64_t>(set->compute_blocks.size()) +
+          static_cast<int64_t>(tiles.size()) * options.head_groups >
+      kMaxBlocks) {
+    return Status::InvalidArgument("batch needs more than 2^31 compute blocks; use larger blocks");
+  }
+  for (int32_t g = 0; g < options.head_groups; ++g) {
+    for (const Tile& t : tiles) {
+      set->compute_blocks.push_back(ComputeBlock{
+          .sequence = sequence,
+          .head_group = g,
+          .q_block = DataBlockId{first_block + t.q},
+          .kv_block = DataBlockId{first_block + t.kv},
+          .area = t.area,
+          .flops_fwd = t.area * fwd_per_pair,
+          .flops_bwd = t.area * bwd_per_pair,
+      });
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status BlockingOptions::Validate() const {
+  if (block_size < 1 || block_size > kMaxSequenceLength) {
+    return Status::InvalidArgument(
+        fmt::format("block_size={} is not in [1, {}]", block_size, kMaxSequenceLength));
+  }
+  if (head_groups < 1) {
+    return Status::InvalidArgument(fmt::format("head_groups={} is not positive", head_groups));
+  }
+  return Status::Ok();
+}
+
+DataBlockBytes BytesPerToken(const AttentionShape& shape) {
+  const int64_t e = BytesPerElement(shape.dtype);
+  const int64_t q = shape.heads * shape.head_dim * e;
+  const int64_t kv = 2 * shape.kv_heads * shape.head_dim * e;
+  return DataBlockBytes{
+      .q = q, .kv = kv, .o = q, .lse = shape.heads * 4, .d_o = q, .dq = q, .dkv = kv};
+}
+
+double BlockSet::DensityVsCausal() const {
+  return causal_area > 0 ? static_cast<double>(mask_area) / static_cast<double>(causal_area) : 0;
+}
+
+Result<BlockSet> MakeBlocks(const Batch& batch, const BlockingOptions& options) {
+  DCP_RETURN_IF_ERROR(options.Validate());
+  const AttentionShape& shape = batch.shape();
+  if (shape.kv_heads % options.head_groups != 0) {
+    return Status::InvalidArgument(fmt::format("head_groups={} does not divide kv_heads={}",
+                                               options.head_groups, shape.kv_heads));
+  }
+  BlockSet set;
+  set.block_size = options.block_size;
+  set.head_groups = options.head_groups;
+  set.shape = shape;
+
+  // Totals first, so FLOP counts are known to fit before any block is made.
+  int64_t flops_bwd_per_pair = 10 * shape.head_dim * shape.heads;
+  int64_t n_data_blocks = 0;
+  for (size_t s = 0; s < batch.seqlens().size(); ++s) {
+    const int64_t len = batch.seqlens()[s];
+    n_data_blocks += (len + options.block_size - 1) / options.block_size;
+    if (__builtin_add_overflow(set.mask_area, batch.masks()[s].TotalArea(), &set.mask_area) ||
+        __builtin_add_overflow(set.causal_area, CausalArea(len), &set.causal_area)) {
+      return Status::InvalidArgument("batch is too large: its mask area overflows 64 bits");
+    }
+  }
+  int64_t unused = 0;
+  if (n_data_blocks > kMaxBlocks || __builtin_mul_overflow(std::max(set.mask_area, set.causal_area),
+                                                           flops_bwd_per_pair, &unused)) {
+    return Status::InvalidArgument("batch is too large: its blocks or FLOPs overflow");
+  }
+
+  const DataBlockBytes per_token = BytesPerToken(shape);
+  set.data_blocks.reserve(n_data_blocks);
+  int64_t batch_token = 0;
+  for (size_t s = 0; s < batch.seqlens().size(); ++s) {
+    const SequenceId sequence{static_cast<int32_t>(s)};
+    const int64_t len = batch.seqlens()[s];
+    const auto first_block = static_cast<int32_t>(set.data_blocks.size());
+    set.sequence_first_block.push_back(first_block);
+    for (int64_t begin = 0, index = 0; begin < len; begin += options.block_size, ++index) {
+      const int64_t tokens = std::min(options.block_size, len - begin);
+      set.data_blocks.push_back(DataBlock{
+          .sequence = sequence,
+          .index_in_sequence = static_cast<int32_t>(index),
+          .token_begin = begin,
+          .tokens = tokens,
+          .batch_token_begin = batch_token + begin,
+          .bytes = {.q = per_token.q * tokens,
+                    .kv = per_token.kv * tokens,
+                    .o = per_token.o * tokens,
+                    .lse = per_token.lse * tokens,
+                    .d_o = per_token.d_o * tokens,
+                    .dq = per_token.dq * tokens,
+                    .dkv = per_token.dkv * tokens},
+      });
+    }
+    batch_token += len;
+    DCP_RETURN_IF_ERROR(AddComputeBlocks(batch.masks()[s], sequence, first_block,
+                                         options.block_size, options, shape, &set));
+  }
+  set.sequence_first_block.push_back(static_cast<int32_t>(set.data_blocks.size()));
+  for (const ComputeBlock& c : set.compute_blocks) {
+    set.flops_fwd += c.flops_fwd;
+    set.flops_bwd += c.flops_bwd;
+  }
+  return set;
+}
+
+}  // namespace dcp

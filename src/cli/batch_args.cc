@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "cli/batch_args.h"
+
+#include <charconv>
+#include <fstream>
+#include <sstream>
+
+namespace dcp::cli {
+
+void AddBatchOptions(CLI::App& app, BatchArgs& args) {
+  auto* list = app.add_option("--seqlens", args.seqlens, "Comma-separated sequence lengths");
+  auto* file = app.add_option("--seqlens-file", args.seqlens_file,
+                              "Text file with one sequence length per line ('#' comments)");
+  auto* idx = app.add_option("--idx", args.idx, "Megatron-LM indexed dataset .idx file");
+  list->excludes(file, idx);
+  file->excludes(idx);
+  app.add_option("--dataset", args.dataset,
+                 "Synthetic length distribution when no lengths are given: ldc | longalign")
+      ->capture_default_str();
+  app.add_option("--scale", args.scale, "Length scale of the synthetic distribution")
+      ->capture_default_str();
+  app.add_option("--tokens", args.tokens, "Token budget of the synthetic batch")
+      ->capture_default_str();
+  app.add_option("--seed", args.seed, "Seed of the synthetic batch")->capture_default_str();
+  app.add_option("--mask", args.mask,
+                 "Mask spec for every sequence (docs/mask_spec.md), or @FILE with a JSON mask")
+      ->capture_default_str();
+  app.add_option("--heads", args.heads, "Query heads")->capture_default_str();
+  app.add_option("--kv-heads", args.kv_heads, "Key/value heads (GQA)")->capture_default_str();
+  app.add_option("--head-dim", args.head_dim, "Head dimension")->capture_default_str();
+  app.add_option("--dtype", args.dtype, "Storage dtype: fp32 | bf16")->capture_default_str();
+  app.add_option("--block-size", args.block_size, "Tokens per block, or 'auto'")
+      ->capture_default_str();
+  app.add_option("--head-groups", args.head_groups, "Head groups per tile (divides --kv-heads)")
+      ->capture_default_str();
+  app.add_option("--devices", args.devices, "Devices, for --block-size auto")
+      ->capture_default_str();
+  app.add_option("--eps-memory", args.eps_memory, "Memory tolerance, for --block-size auto")
+      ->capture_default_str();
+}
+
+namespace {
+
+Result<std::vector<int64_t>> BuildLengths(const BatchArgs& args) {
+  if (!args.seqlens.empty()) return ParseLengthList(args.seqlens);
+  if (!args.seqlens_file.empty()) return ReadLengthsFile(args.seqlens_file);
+  if (!args.idx.empty()) return ReadMegatronIndex(args.idx);
+  DCP_ASSIGN_OR_RETURN(LengthDistribution distribution, ParseLengthDistribution(args.dataset));
+  return SyntheticBatch(
+      SyntheticOptions{.distribution = distribution, .scale = args.scale, .seed = args.seed},
+      args.tokens);
+}
+
+Result<MaskSpec> BuildMaskSpec(const std::string& text) {
+  if (text.empty() || text.front() != '@') return MaskSpec::Parse(text);
+  const std::string path = text.substr(1);
+  std::ifstream in(path);
+  if (!in) return Status::NotFound(fmt::format("cannot open mask file '{}'", path));
+  std::stringstream contents;
+  contents << in.rdbuf();
+  Result<MaskSpec> spec = MaskSpec::Parse(contents.str());
+  if (!spec.ok()) return spec.status().WithContext(fmt::format("mask file '{}'", path));
+  return spec;
+}
+
+}  // namespace
+
+Result<Batch> BuildBatch(const BatchArgs& args) {
+  DCP_ASSIGN_OR_RETURN(std::vector<int64_t> lengths, BuildLengths(args));
+  DCP_ASSIGN_OR_RETURN(MaskSpec mask, BuildMaskSpec(args.mask));
+  DCP_ASSIGN_OR_RETURN(DType dtype, ParseDType(args.dtype));
+  const AttentionShape shape{
+      .heads = args.heads, .kv_heads = args.kv_heads, .head_dim = args.head_dim, .dtype = dtype};
+  return Batch::Create(std::move(lengths), {std::move(mask)}, shape);
+}
+
+Result<BlockingOptions> BuildBlockingOptions(const BatchArgs& args, const Batch& batch) {
+  BlockingOptions options{.head_groups = args.head_groups};
+  if (args.block_size == "auto") {
+    DCP_ASSIGN_OR_RETURN(
+        BlockSizeChoice choice,
+        ChooseBlockSize(batch.seqlens(),
+                        BlockSizeOptions{.devices = args.devices, .eps_memory = args.eps_memory}));
+    options.block_size = choice.block_size;
+    return options;
+  }
+  const std::string& text = args.block_size;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), options.block_size);
+  if (ec != std::errc() || end != text.data() + text.size()) {
+    return Status::InvalidArgument(
+        fmt::format("--block-size '{}' is neither a number nor 'auto'", text));
+  }
+  DCP_RETURN_IF_ERROR(options.Validate());
+  return options;
+}
+
+}  // namespace dcp::cli

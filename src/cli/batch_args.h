@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+// The batch options shared by every `dcp` subcommand that plans a batch, and how they become a
+// Batch and a BlockSet.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "dcp/batch.h"
+#include "dcp/blocks.h"
+
+namespace dcp::cli {
+
+struct BatchArgs {
+  std::string seqlens;          // --seqlens 4096,1000,...
+  std::string seqlens_file;     // --seqlens-file F
+  std::string idx;              // --idx F.idx
+  std::string dataset = "ldc";  // --dataset ldc|longalign (used when no other source is given)
+  double scale = 1.0;
+  int64_t tokens = 131072;
+  uint64_t seed = 0;
+  std::string mask = "causal";
+  int64_t heads = 8;
+  int64_t kv_heads = 2;
+  int64_t head_dim = 128;
+  std::string dtype = "bf16";
+  std::string block_size = "1024";  // N or "auto"
+  int64_t head_groups = 1;
+  int64_t devices = 32;     // for --block-size auto
+  double eps_memory = 0.2;  // for --block-size auto
+};
+
+void AddBatchOptions(CLI::App& app, BatchArgs& args);
+
+// The batch the options describe: lengths from exactly one source, the mask, the shape.
+Result<Batch> BuildBatch(const BatchArgs& args);
+
+// Blocking options from the arguments; resolves --block-size auto with the block-size heuristic.
+Result<BlockingOptions> BuildBlockingOptions(const BatchArgs& args, const Batch& batch);
+
+}  // namespace dcp::cli

@@ -1,0 +1,23 @@
+// SPDX-License-Identifier: Apache-2.0
+// The `dcp` command line: a thin shell over the library. It parses options, calls the library and
+// formats results as tables for people or JSON (--json) for programs.
+#include <cstdio>
+
+#include "cli/commands.h"
+
+namespace dcp::cli {
+
+int ReportError(const Status& status) {
+  std::fprintf(stderr, "dcp: error: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+}  // namespace dcp::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"dcp: dynamic context parallelism planner and runtime"};
+  app.require_subcommand(1);
+  dcp::cli::CommandRunner blocks = dcp::cli::AddBlocksCommand(app);
+  CLI11_PARSE(app, argc, argv);
+  return blocks();
+}
