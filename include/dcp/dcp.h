@@ -1,0 +1,9 @@
+// SPDX-License-Identifier: Apache-2.0
+// Everything public in dcp.
+#pragma once
+
+#include "dcp/batch.h"
+#include "dcp/blocks.h"
+#include "dcp/mask.h"
+#include "dcp/partition.h"
+#include "dcp/status.h"

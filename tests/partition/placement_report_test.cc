@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+#include <tuple>
+
+#include "dcp/partition.h"
+
+namespace dcp {
+namespace {
+
+BlockSet RandomBlocks(std::mt19937_64& rng, const char* mask, int64_t groups) {
+  std::uniform_int_distribution<int64_t> len(3, 700);  // documents:count=3 needs 3 tokens
+  std::vector<int64_t> lengths(1 + rng() % 4);
+  for (int64_t& l : lengths) l = len(rng);
+  const AttentionShape shape{.heads = 8, .kv_heads = 2, .head_dim = 16};
+  auto batch = Batch::Create(lengths, {*MaskSpec::Parse(mask)}, shape);
+  if (!batch.ok()) ADD_FAILURE() << batch.status().ToString();
+  auto set = MakeBlocks(
+      *batch, {.block_size = 1 + static_cast<int64_t>(rng() % 200), .head_groups = groups});
+  EXPECT_TRUE(set.ok()) << set.status().ToString();
+  return *set;
+}
+
+Placement RandomPlacement(std::mt19937_64& rng, const BlockSet& set, int32_t devices) {
+  Placement p;
+  for (size_t i = 0; i < set.data_blocks.size(); ++i) {
+    p.data_device.push_back(DeviceId{static_cast<int32_t>(rng() % devices)});
+  }
+  for (size_t i = 0; i < set.compute_blocks.size(); ++i) {
+    p.compute_device.push_back(DeviceId{static_cast<int32_t>(rng() % devices)});
+  }
+  return p;
+}
+
+// Bytes moved, counted from the blocks themselves: every (data block, head group, direction) is
+// sent once to every device other than its owner that computes a tile needing it.
+int64_t CountBytesMoved(const BlockSet& set, const Placement& p, int64_t* inter_node,
+                        const Topology& topology) {
+  std::set<std::tuple<int32_t, int32_t, int, int32_t>> needs;  // block, group, direction, device
+  std::set<std::tuple<int32_t, int32_t, int, int32_t>> node_needs;
+  for (size_t c = 0; c < set.compute_blocks.size(); ++c) {
+    const ComputeBlock& cb = set.compute_blocks[c];
+    const int32_t d = p.compute_device[c].value;
+    for (auto [dir, block] : {std::pair{0, cb.q_block}, std::pair{1, cb.kv_block}}) {
+      const int32_t owner = p.data_device[block.value].value;
+      if (d != owner) needs.insert({block.value, cb.head_group, dir, d});
+      const int32_t node = topology.NodeOf(DeviceId{d});
+      if (node != topology.NodeOf(DeviceId{owner})) {
+        node_needs.insert({block.value, cb.head_group, dir, node});
+      }
+    }
+  }
+  const auto bytes = [&](int32_t block, int dir) {
+    const NetBytes b = NetBytesOf(set.data_blocks[block], set.shape, set.head_groups);
+    return dir == 0 ? b.row_fwd + b.row_bwd : b.column_fwd + b.column_bwd;
+  };
+  int64_t total = 0;
+  for (const auto& [block, group, dir, device] : needs) total += bytes(block, dir);
+  *inter_node = 0;
+  for (const auto& [block, group, dir, node] : node_needs) *inter_node += bytes(block, dir);
+  return total;
+}
+
+TEST(EvaluatePlacement, Km1EqualsBytesCountedFromTheBlocks) {
+  const char* masks[] = {"causal", "lambda:sink=8,window=100", "full", "documents:count=3"};
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    const BlockSet set = RandomBlocks(rng, masks[seed % 4], 1 + static_cast<int64_t>(seed % 2));
+    const Topology topology{.nodes = 1 + static_cast<int32_t>(rng() % 3),
+                            .devices_per_node = 1 + static_cast<int32_t>(rng() % 4)};
+    const Placement p = RandomPlacement(rng, set, topology.devices());
+    const Hypergraph graph = BuildHypergraph(set);
+    auto report = EvaluatePlacement(graph, p, topology);
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    int64_t inter = 0;
+    EXPECT_EQ(report->km1_bytes, CountBytesMoved(set, p, &inter, topology));
+    EXPECT_EQ(report->bytes_inter_node, inter);
+    EXPECT_EQ(report->bytes_intra_node, report->km1_bytes - report->bytes_inter_node);
+  }
+}
+
+TEST(EvaluatePlacement, OneDeviceMovesNothingAndIsBalanced) {
+  std::mt19937_64 rng(1);
+  const BlockSet set = RandomBlocks(rng, "causal", 1);
+  const Hypergraph graph = BuildHypergraph(set);
+  Placement p{.data_device = std::vector<DeviceId>(set.data_blocks.size(), DeviceId{0}),
+              .compute_device = std::vector<DeviceId>(set.compute_blocks.size(), DeviceId{0})};
+  auto report = EvaluatePlacement(graph, p, Topology{});
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(report->km1_bytes, 0);
+  EXPECT_EQ(report->compute_imbalance, 0);
+  EXPECT_EQ(report->memory_imbalance, 0);
+}
+
+TEST(EvaluatePlacement, RejectsDevicesOutsideTheTopology) {
+  std::mt19937_64 rng(2);
+  const BlockSet set = RandomBlocks(rng, "causal", 1);
+  const Hypergraph graph = BuildHypergraph(set);
+  Placement p = RandomPlacement(rng, set, 2);
+  p.data_device[0] = DeviceId{5};
+  auto report = EvaluatePlacement(graph, p, Topology{.nodes = 1, .devices_per_node = 2});
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(report.status().message().find("device 5"), std::string::npos);
+}
+
+TEST(Hmetis, ExportThenReadBackGivesTheSameReport) {
+  std::mt19937_64 rng(3);
+  const BlockSet set = RandomBlocks(rng, "lambda:sink=4,window=64", 2);
+  const Hypergraph graph = BuildHypergraph(set);
+  const Topology topology{.nodes = 2, .devices_per_node = 2};
+  const Placement p = RandomPlacement(rng, set, topology.devices());
+  std::string hgr;
+  WriteHmetis(graph, &hgr);
+  // Header: comment, then "nets vertices 11".
+  const size_t header = hgr.find('\n') + 1;
+  EXPECT_EQ(hgr.substr(header, hgr.find('\n', header) - header),
+            fmt::format("{} {} 11", graph.n_nets(), graph.n_vertices()));
+  std::string partition;
+  for (DeviceId d : p.compute_device) partition += fmt::format("{}\n", d.value);
+  for (DeviceId d : p.data_device) partition += fmt::format("{}\n", d.value);
+  auto read = ReadPartition(partition, graph, topology);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->compute_device, p.compute_device);
+  EXPECT_EQ(read->data_device, p.data_device);
+}
+
+TEST(ReadPartition, RejectsBadFiles) {
+  std::mt19937_64 rng(4);
+  const BlockSet set = RandomBlocks(rng, "causal", 1);
+  const Hypergraph graph = BuildHypergraph(set);
+  const Topology topology{.nodes = 1, .devices_per_node = 4};
+  EXPECT_NE(ReadPartition("0\n1\n", graph, topology).status().message().find("vertices"),
+            std::string::npos);
+  EXPECT_NE(ReadPartition("7\n", graph, topology).status().message().find("'7'"),
+            std::string::npos);
+  EXPECT_NE(ReadPartition("x\n", graph, topology).status().message().find("'x'"),
+            std::string::npos);
+}
+
+TEST(Topology, ParsesAndRejects) {
+  auto t = Topology::Parse("4x8");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->devices(), 32);
+  EXPECT_EQ(t->NodeOf(DeviceId{9}), 1);
+  EXPECT_EQ(t->ToString(), "4x8");
+  for (const char* bad : {"4", "x8", "4x", "0x8", "4x0", "16x32", "4x8x2", "-1x4"}) {
+    SCOPED_TRACE(bad);
+    auto r = Topology::Parse(bad);
+    EXPECT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  }
+}
+
+}  // namespace
+}  // namespace dcp
