@@ -112,3 +112,39 @@ Result<PlacementReport> EvaluatePlacement(const Hypergraph& graph, const Placeme
                                           const Topology& topology);
 
 }  // namespace dcp
+
+namespace dcp {
+
+enum class PartitionerKind { kBuiltin };
+
+struct PartitionOptions {
+  // Compute per device <= (1 + eps_compute) * average, inside each node.
+  double eps_compute = 0.1;
+  // Compute per node <= (1 + eps_inter) * average at the first, across-node level: a looser bound
+  // there buys fewer inter-node bytes; the second level restores eps_compute per device when the
+  // node's share allows it (the paper's defaults: 0.1 and 0.4).
+  double eps_inter = 0.4;
+  // Data bytes per device <= (1 + eps_memory) * average.
+  double eps_memory = 0.2;
+  uint64_t seed = 0;          // same seed, same placement
+  int refinement_rounds = 24;  // label-propagation passes per level; more is slower, rarely better
+
+  Status Validate() const;
+};
+
+struct PartitionResult {
+  Placement placement;
+  PlacementReport report;
+  // False when no placement within the tolerances was found (too few blocks for the devices, or
+  // one block heavier than a device's share); the placement is then the most balanced one found
+  // and `report` states the imbalance reached.
+  bool balanced = false;
+  double partition_ms = 0;
+};
+
+// Places every block on a device of the topology: across nodes first (eps_inter), then inside each
+// node (eps_compute), minimising bytes moved. Deterministic for a given seed.
+Result<PartitionResult> PartitionBlocks(const BlockSet& blocks, const Topology& topology,
+                                        const PartitionOptions& options);
+
+}  // namespace dcp

@@ -14,56 +14,81 @@ std::pair<int64_t, int64_t> ColumnSpan(const Slice& s, int64_t u, int64_t v) {
   return {std::min(s.lo.At(u), s.lo.At(v - 1)), std::max(s.hi.At(u), s.hi.At(v - 1))};
 }
 
+// The slices covering rows [u, v), and the kv blocks they may touch there as merged, sorted
+// ranges [first, last) of block indices. A superset of the non-empty tiles of the row.
+void TouchedKvBlocks(const Mask& mask, int64_t u, int64_t v, int64_t block_size,
+                     std::vector<const Slice*>* slices,
+                     std::vector<std::pair<int64_t, int64_t>>* ranges) {
+  slices->clear();
+  ranges->clear();
+  for (const Slice& s : mask.slices()) {
+    if (s.row_begin >= v || s.row_end <= u) continue;
+    slices->push_back(&s);
+    const auto [first, last] = ColumnSpan(s, std::max(u, s.row_begin), std::min(v, s.row_end));
+    ranges->emplace_back(first / block_size, (last + block_size - 1) / block_size);
+  }
+  std::sort(ranges->begin(), ranges->end());
+  size_t merged = 0;
+  for (const auto& r : *ranges) {
+    if (merged > 0 && r.first <= (*ranges)[merged - 1].second) {
+      (*ranges)[merged - 1].second = std::max((*ranges)[merged - 1].second, r.second);
+    } else {
+      (*ranges)[merged++] = r;
+    }
+  }
+  ranges->resize(merged);
+}
+
 // Appends the compute blocks of one sequence. Areas are computed once per tile and shared by the
 // head groups.
 Status AddComputeBlocks(const Mask& mask, SequenceId sequence, int32_t first_block,
                         int64_t block_size, const BlockingOptions& options,
                         const AttentionShape& shape, BlockSet* set) {
   const int64_t length = mask.length();
-  const auto n_blocks = static_cast<int32_t>((length + block_size - 1) / block_size);
+  const int64_t n_blocks = (length + block_size - 1) / block_size;
   const int64_t heads_per_group = shape.heads / options.head_groups;
   const int64_t fwd_per_pair = 4 * shape.head_dim * heads_per_group;
   const int64_t bwd_per_pair = 10 * shape.head_dim * heads_per_group;
+  std::vector<const Slice*> slices;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
 
-  struct Tile {
-    int32_t q, kv;
-    int64_t area;
-  };
-  std::vector<Tile> tiles;
-  std::vector<const Slice*> rows_slices;
-  std::vector<char> touched(n_blocks);
-  for (int32_t i = 0; i < n_blocks; ++i) {
-    const int64_t u = i * block_size, v = std::min(length, u + block_size);
-    rows_slices.clear();
-    std::fill(touched.begin(), touched.end(), 0);
-    for (const Slice& s : mask.slices()) {
-      if (s.row_begin >= v || s.row_end <= u) continue;
-      rows_slices.push_back(&s);
-      const auto [first, last] = ColumnSpan(s, std::max(u, s.row_begin), std::min(v, s.row_end));
-      for (int64_t j = first / block_size; j < (last + block_size - 1) / block_size; ++j) {
-        touched[j] = 1;
-      }
-    }
-    for (int32_t j = 0; j < n_blocks; ++j) {
-      if (!touched[j]) continue;
-      const int64_t k0 = j * block_size, k1 = std::min(length, k0 + block_size);
-      int64_t area = 0;
-      for (const Slice* s : rows_slices) area += SliceArea(*s, u, v, k0, k1);
-      if (area > 0) tiles.push_back({i, j, area});
+  // Bound the tile count first, so an absurd batch fails fast instead of exhausting memory.
+  int64_t bound = static_cast<int64_t>(set->compute_blocks.size());
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    TouchedKvBlocks(mask, i * block_size, std::min(length, (i + 1) * block_size), block_size,
+                    &slices, &ranges);
+    for (const auto& [first, last] : ranges) bound += (last - first) * options.head_groups;
+    if (bound > kMaxBlocks) {
+      return Status::InvalidArgument(fmt::format(
+          "sequence {} of {} tokens in blocks of {} needs more than 2^31 compute blocks; use "
+          "larger blocks",
+          sequence.value, length, block_size));
     }
   }
-  if (static_cast<int64_t>(set->compute_blocks.size()) +
-          static_cast<int64_t>(tiles.size()) * options.head_groups >
-      kMaxBlocks) {
-    return Status::InvalidArgument("batch needs more than 2^31 compute blocks; use larger blocks");
+
+  struct Tile {
+    int64_t q, kv, area;
+  };
+  std::vector<Tile> tiles;
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    const int64_t u = i * block_size, v = std::min(length, u + block_size);
+    TouchedKvBlocks(mask, u, v, block_size, &slices, &ranges);
+    for (const auto& [first, last] : ranges) {
+      for (int64_t j = first; j < last; ++j) {
+        const int64_t k0 = j * block_size, k1 = std::min(length, k0 + block_size);
+        int64_t area = 0;
+        for (const Slice* s : slices) area += SliceArea(*s, u, v, k0, k1);
+        if (area > 0) tiles.push_back({i, j, area});
+      }
+    }
   }
   for (int32_t g = 0; g < options.head_groups; ++g) {
     for (const Tile& t : tiles) {
       set->compute_blocks.push_back(ComputeBlock{
           .sequence = sequence,
           .head_group = g,
-          .q_block = DataBlockId{first_block + t.q},
-          .kv_block = DataBlockId{first_block + t.kv},
+          .q_block = DataBlockId{first_block + static_cast<int32_t>(t.q)},
+          .kv_block = DataBlockId{first_block + static_cast<int32_t>(t.kv)},
           .area = t.area,
           .flops_fwd = t.area * fwd_per_pair,
           .flops_bwd = t.area * bwd_per_pair,

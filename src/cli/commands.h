@@ -13,6 +13,7 @@ namespace dcp::cli {
 using CommandRunner = std::function<int()>;
 
 CommandRunner AddBlocksCommand(CLI::App& app);
+CommandRunner AddPlaceCommand(CLI::App& app);
 
 // Prints "dcp: error: <status>" to stderr and returns 1.
 int ReportError(const Status& status);

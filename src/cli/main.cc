@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The `dcp` command line: a thin shell over the library. It parses options, calls the library and
 // formats results as tables for people or JSON (--json) for programs.
+#include <algorithm>
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -17,7 +18,10 @@ int ReportError(const Status& status) {
 int main(int argc, char** argv) {
   CLI::App app{"dcp: dynamic context parallelism planner and runtime"};
   app.require_subcommand(1);
-  dcp::cli::CommandRunner blocks = dcp::cli::AddBlocksCommand(app);
+  const dcp::cli::CommandRunner commands[] = {dcp::cli::AddBlocksCommand(app),
+                                              dcp::cli::AddPlaceCommand(app)};
   CLI11_PARSE(app, argc, argv);
-  return blocks();
+  int status = 0;
+  for (const auto& run : commands) status = std::max(status, run());  // only the parsed one runs
+  return status;
 }

@@ -123,6 +123,11 @@ int64_t SliceArea(const Slice& slice, int64_t q0, int64_t q1, int64_t k0, int64_
   const int64_t u = std::max(slice.row_begin, q0);
   const int64_t v = std::min(slice.row_end, q1);
   if (u >= v || k0 >= k1) return 0;
+  // Columns of a valid slice lie within kMaxAbsBase + kMaxSequenceLength of 0; bounding the
+  // rectangle's columns there changes no count and keeps the arithmetic below from overflowing.
+  constexpr int64_t kColumnBound = 2 * kMaxAbsBase;
+  k0 = std::clamp(k0, -kColumnBound, kColumnBound);
+  k1 = std::clamp(k1, -kColumnBound, kColumnBound);
   // count(i) = min(hi(i), k1) - max(lo(i), k0): cut where hi reaches k1 and where lo reaches k0,
   // then each piece is affine in i.
   int64_t cuts[4] = {u, v, v, v};

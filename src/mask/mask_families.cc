@@ -56,7 +56,8 @@ std::vector<Slice> SharedQuestion(int64_t length, double question, int64_t answe
   std::vector<Slice> s;
   if (q > 0) s.push_back(CausalFrom(0, q, 0));
   const int64_t answer_len = (length - q) / answers;
-  for (int64_t a = 0; a < answers; ++a) {
+  // With fewer answer tokens than answers, all answers but the last are empty: skip them.
+  for (int64_t a = answer_len == 0 ? answers - 1 : 0; a < answers; ++a) {
     const int64_t begin = q + a * answer_len;
     const int64_t end = a + 1 == answers ? length : begin + answer_len;
     if (begin == end) continue;
@@ -143,16 +144,16 @@ Result<std::vector<Slice>> RawSlices(const MaskSpec& spec, int64_t length) {
 }  // namespace
 
 Result<Mask> MaskSpec::Build(int64_t length) const {
+  const std::string context =
+      fmt::format("mask '{}'", family == MaskFamily::kExplicit ? "explicit" : ToString());
   if (length < 1 || length > kMaxSequenceLength) {
-    return Status::InvalidArgument(fmt::format("mask '{}': sequence length {} is not in [1, {}]",
-                                               ToString(), length, kMaxSequenceLength));
+    return Status::InvalidArgument(fmt::format("{}: sequence length {} is not in [1, {}]", context,
+                                               length, kMaxSequenceLength));
   }
   Result<std::vector<Slice>> raw = RawSlices(*this, length);
-  if (!raw.ok()) return raw.status();
+  if (!raw.ok()) return raw.status().WithContext(context);
   Result<Mask> mask = Mask::FromSlices(length, *raw);
-  if (!mask.ok())
-    return mask.status().WithContext(
-        fmt::format("mask '{}'", family == MaskFamily::kExplicit ? "explicit" : ToString()));
+  if (!mask.ok()) return mask.status().WithContext(context);
   return mask;
 }
 

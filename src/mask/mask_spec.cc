@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -182,6 +183,12 @@ Result<AffineColumn> ParseColumn(const nlohmann::json& j, std::string_view what)
   if (!j.is_array() || j.size() != 2 || !j[0].is_number_integer() || !j[1].is_number_integer()) {
     return Status::InvalidArgument(
         fmt::format("{} must be [base, slope] with integers, got {}", what, j.dump()));
+  }
+  for (const nlohmann::json& value : j) {
+    if (value.is_number_unsigned() &&
+        value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return Status::InvalidArgument(fmt::format("{}: {} is out of range", what, value.dump()));
+    }
   }
   return AffineColumn{.base = j[0].get<int64_t>(), .slope = j[1].get<int64_t>()};
 }

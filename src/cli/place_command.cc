@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: Apache-2.0
+// `dcp place`: place a batch's blocks on the devices of a topology and report bytes and balance.
+#include <fmt/format.h>
+
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/batch_args.h"
+#include "cli/commands.h"
+#include "dcp/partition.h"
+
+namespace dcp::cli {
+namespace {
+
+struct PlaceArgs {
+  std::string topology = "4x8";
+  std::string partitioner = "builtin";
+  PartitionOptions options;
+  std::string export_hypergraph;
+  std::string read_partition;
+  bool json = false;
+};
+
+Result<std::string> ReadText(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound(fmt::format("cannot open '{}'", path));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Status WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  if (!out) return Status::NotFound(fmt::format("cannot write '{}'", path));
+  return Status::Ok();
+}
+
+nlohmann::json ToJson(const PlacementReport& r, const Topology& topology, double partition_ms,
+                      bool balanced) {
+  return {{"topology", topology.ToString()},
+          {"km1_bytes", r.km1_bytes},
+          {"bytes_inter_node", r.bytes_inter_node},
+          {"bytes_intra_node", r.bytes_intra_node},
+          {"max_device_bytes_inter_node", r.max_device_bytes_inter_node},
+          {"compute_imbalance", r.compute_imbalance},
+          {"memory_imbalance", r.memory_imbalance},
+          {"balanced", balanced},
+          {"device_compute", r.device_compute},
+          {"device_memory", r.device_memory},
+          {"partition_ms", partition_ms}};
+}
+
+int Run(const BatchArgs& batch_args, const PlaceArgs& args) {
+  Result<Batch> batch = BuildBatch(batch_args);
+  if (!batch.ok()) return ReportError(batch.status());
+  Result<BlockingOptions> blocking = BuildBlockingOptions(batch_args, *batch);
+  if (!blocking.ok()) return ReportError(blocking.status());
+  Result<BlockSet> blocks = MakeBlocks(*batch, *blocking);
+  if (!blocks.ok()) return ReportError(blocks.status());
+  Result<Topology> topology = Topology::Parse(args.topology);
+  if (!topology.ok()) return ReportError(topology.status());
+  if (args.partitioner != "builtin") {
+    return ReportError(Status::Unsupported(
+        fmt::format("partitioner '{}' is not available (known: builtin)", args.partitioner)));
+  }
+  const Hypergraph graph = BuildHypergraph(*blocks);
+  if (!args.export_hypergraph.empty()) {
+    std::string hgr;
+    WriteHmetis(graph, &hgr);
+    if (Status s = WriteText(args.export_hypergraph, hgr); !s.ok()) return ReportError(s);
+  }
+  PlacementReport report;
+  double partition_ms = 0;
+  bool balanced = false;
+  if (!args.read_partition.empty()) {
+    Result<std::string> text = ReadText(args.read_partition);
+    if (!text.ok()) return ReportError(text.status());
+    Result<Placement> placement = ReadPartition(*text, graph, *topology);
+    if (!placement.ok()) {
+      return ReportError(placement.status().WithContext(args.read_partition));
+    }
+    Result<PlacementReport> r = EvaluatePlacement(graph, *placement, *topology);
+    if (!r.ok()) return ReportError(r.status());
+    report = *r;
+    balanced = report.compute_imbalance <= args.options.eps_compute + 1e-9 &&
+               report.memory_imbalance <= args.options.eps_memory + 1e-9;
+  } else {
+    Result<PartitionResult> result = PartitionBlocks(*blocks, *topology, args.options);
+    if (!result.ok()) return ReportError(result.status());
+    report = result->report;
+    partition_ms = result->partition_ms;
+    balanced = result->balanced;
+  }
+  if (args.json) {
+    fmt::print("{}\n", ToJson(report, *topology, partition_ms, balanced).dump(2));
+    return 0;
+  }
+  constexpr double kMiB = 1 << 20;
+  fmt::print("topology {}: {} data blocks, {} compute blocks, placed in {:.1f} ms\n",
+             topology->ToString(), blocks->data_blocks.size(), blocks->compute_blocks.size(),
+             partition_ms);
+  fmt::print(
+      "bytes moved (fwd+bwd): {:.1f} MiB = {:.1f} MiB inter-node + {:.1f} MiB intra-node; "
+      "busiest device receives {:.1f} MiB inter-node\n",
+      static_cast<double>(report.km1_bytes) / kMiB,
+      static_cast<double>(report.bytes_inter_node) / kMiB,
+      static_cast<double>(report.bytes_intra_node) / kMiB,
+      static_cast<double>(report.max_device_bytes_inter_node) / kMiB);
+  fmt::print("imbalance (max/mean - 1): compute {:.3f}, memory {:.3f}{}\n",
+             report.compute_imbalance, report.memory_imbalance,
+             balanced ? "" : "  (NOT within the tolerances)");
+  return 0;
+}
+
+}  // namespace
+
+CommandRunner AddPlaceCommand(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand(
+      "place", "Place a batch's blocks on devices; report bytes moved and balance");
+  auto batch_args = std::make_shared<BatchArgs>();
+  auto args = std::make_shared<PlaceArgs>();
+  AddBatchOptions(*cmd, *batch_args);
+  cmd->add_option("--topology", args->topology, "NODESxDEVICES, e.g. 4x8")->capture_default_str();
+  cmd->add_option("--partitioner", args->partitioner, "builtin")->capture_default_str();
+  cmd->add_option("--eps-compute", args->options.eps_compute, "Compute tolerance per device")
+      ->capture_default_str();
+  cmd->add_option("--eps-inter", args->options.eps_inter, "Compute tolerance per node")
+      ->capture_default_str();
+  cmd->add_option("--partition-seed", args->options.seed, "Partitioner seed")
+      ->capture_default_str();
+  cmd->add_option("--export-hypergraph", args->export_hypergraph,
+                  "Write the hypergraph in hMETIS format to this file");
+  cmd->add_option(
+      "--read-partition", args->read_partition,
+      "Evaluate this partition file (one part per vertex line) instead of partitioning");
+  cmd->add_flag("--json", args->json, "Print one JSON object");
+  return [cmd, batch_args, args]() -> int {
+    if (!cmd->parsed()) return 0;
+    args->options.eps_memory = batch_args->eps_memory;  // one --eps-memory for blocks and placement
+    return Run(*batch_args, *args);
+  };
+}
+
+}  // namespace dcp::cli

@@ -1,0 +1,383 @@
+// SPDX-License-Identifier: Apache-2.0
+// The builtin partitioner, first version: a structure-aware greedy start and label-propagation
+// refinement on km1 with both balance constraints enforced natively, applied across nodes and
+// then inside each node.
+//
+// Start: a sequence whose blocks fit on one part goes there whole (it then moves nothing); longer
+// sequences are cut into rows (a data block with the tiles that read its queries), placed largest
+// first on the least loaded part. Refinement moves single vertices and whole rows to the part that
+// most reduces km1 without breaking a cap, then a repair pass moves vertices out of overloaded
+// parts at the least km1 cost.
+// TODO(issue 3): multilevel coarsening, FM with gain buckets, Zoltan backend; see the issue note.
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+#include <random>
+
+#include "dcp/partition.h"
+
+namespace dcp {
+namespace {
+
+// One k-way problem: the vertices of `subset` into parts 0..k-1 under per-part caps.
+class KwayPartitioner {
+ public:
+  KwayPartitioner(const Hypergraph& g, const BlockSet& blocks, std::vector<int32_t> subset,
+                  int32_t k, double compute_cap, double memory_cap, uint64_t seed)
+      : g_(g),
+        blocks_(blocks),
+        subset_(std::move(subset)),
+        k_(k),
+        compute_cap_(compute_cap),
+        memory_cap_(memory_cap),
+        rng_(seed),
+        part_(g.n_vertices(), -1),
+        in_subset_(g.n_vertices(), 0),
+        compute_(k, 0),
+        memory_(k, 0),
+        pin_count_(static_cast<size_t>(g.n_nets()) * k, 0) {
+    for (int32_t v : subset_) in_subset_[v] = 1;
+  }
+
+  // Returns the part of every vertex of the subset (others -1).
+  std::vector<int32_t> Run(int rounds) {
+    InitialPlacement();
+    for (int r = 0; r < rounds; ++r) {
+      if (!RefineRound()) break;
+    }
+    Repair();
+    for (int r = 0; r < rounds / 4; ++r) {
+      if (!RefineRound()) break;
+    }
+    return part_;
+  }
+
+ private:
+  bool IsCompute(int32_t v) const { return v < g_.n_compute; }
+
+  // Max over the two constraints of the load relative to its cap, if v were added to p.
+  double LoadWith(int32_t p, int32_t v) const {
+    return std::max((static_cast<double>(compute_[p] + g_.compute_weight[v])) / compute_cap_,
+                    (static_cast<double>(memory_[p] + g_.memory_weight[v])) / memory_cap_);
+  }
+  bool Fits(int32_t p, int64_t compute, int64_t memory) const {
+    return static_cast<double>(compute_[p] + compute) <= compute_cap_ &&
+           static_cast<double>(memory_[p] + memory) <= memory_cap_;
+  }
+
+  void Assign(int32_t v, int32_t p) {
+    part_[v] = p;
+    compute_[p] += g_.compute_weight[v];
+    memory_[p] += g_.memory_weight[v];
+    for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
+      if (pin_count_[Slot(g_.incident[i], p)]++ == 0) km1_ += g_.net_weight[g_.incident[i]];
+    }
+  }
+  void Unassign(int32_t v) {
+    const int32_t p = part_[v];
+    compute_[p] -= g_.compute_weight[v];
+    memory_[p] -= g_.memory_weight[v];
+    for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
+      if (--pin_count_[Slot(g_.incident[i], p)] == 0) km1_ -= g_.net_weight[g_.incident[i]];
+    }
+    part_[v] = -1;
+  }
+  size_t Slot(int32_t net, int32_t p) const { return static_cast<size_t>(net) * k_ + p; }
+
+  // km1 change of moving v to `to` (v assigned).
+  int64_t MoveDelta(int32_t v, int32_t to) const {
+    const int32_t from = part_[v];
+    int64_t delta = 0;
+    for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
+      const int32_t n = g_.incident[i];
+      if (pin_count_[Slot(n, from)] == 1) delta -= g_.net_weight[n];
+      if (pin_count_[Slot(n, to)] == 0) delta += g_.net_weight[n];
+    }
+    return delta;
+  }
+
+  // The compute vertices that read the queries of data vertex d and lie in the subset.
+  std::vector<int32_t> RowTiles(int32_t d) const {
+    std::vector<int32_t> tiles;
+    for (int32_t i = g_.vertex_begin[d]; i < g_.vertex_begin[d + 1]; ++i) {
+      const int32_t n = g_.incident[i];
+      if (g_.net_kind[n] != NetKind::kRow) continue;
+      for (int32_t j = g_.net_begin[n] + 1; j < g_.net_begin[n + 1]; ++j) {
+        if (in_subset_[g_.pins[j]]) tiles.push_back(g_.pins[j]);
+      }
+    }
+    return tiles;
+  }
+
+  void InitialPlacement() {
+    // Units: a whole sequence if it fits a part, else its rows; tiles whose row's data block is
+    // outside the subset are units of their own.
+    struct Unit {
+      std::vector<int32_t> vertices;
+      int64_t compute = 0, memory = 0;
+    };
+    std::vector<Unit> units;
+    std::vector<char> covered(g_.n_vertices(), 0);
+    const auto add = [&](Unit& u, int32_t v) {
+      if (covered[v]) return;
+      covered[v] = 1;
+      u.vertices.push_back(v);
+      u.compute += g_.compute_weight[v];
+      u.memory += g_.memory_weight[v];
+    };
+    const int32_t n_sequences = static_cast<int32_t>(blocks_.sequence_first_block.size()) - 1;
+    for (int32_t s = 0; s < n_sequences; ++s) {
+      Unit whole;
+      std::vector<Unit> rows;
+      for (int32_t b = blocks_.sequence_first_block[s]; b < blocks_.sequence_first_block[s + 1];
+           ++b) {
+        const int32_t d = g_.n_compute + b;
+        if (!in_subset_[d]) continue;
+        Unit row;
+        add(row, d);
+        for (int32_t t : RowTiles(d)) add(row, t);
+        whole.compute += row.compute;
+        whole.memory += row.memory;
+        whole.vertices.insert(whole.vertices.end(), row.vertices.begin(), row.vertices.end());
+        rows.push_back(std::move(row));
+      }
+      if (static_cast<double>(whole.compute) <= compute_cap_ / 2 &&
+          static_cast<double>(whole.memory) <= memory_cap_ / 2) {
+        units.push_back(std::move(whole));
+      } else {
+        for (Unit& r : rows) units.push_back(std::move(r));
+      }
+    }
+    for (int32_t v : subset_) {
+      if (!covered[v]) {
+        Unit u;
+        add(u, v);
+        units.push_back(std::move(u));
+      }
+    }
+    // Largest first (by the constraint it presses hardest), each onto the least loaded part.
+    const auto size = [&](const Unit& u) {
+      return std::max(static_cast<double>(u.compute) / compute_cap_,
+                      static_cast<double>(u.memory) / memory_cap_);
+    };
+    std::stable_sort(units.begin(), units.end(),
+                     [&](const Unit& a, const Unit& b) { return size(a) > size(b); });
+    for (const Unit& u : units) {
+      int32_t best = 0;
+      double best_load = 0;
+      for (int32_t p = 0; p < k_; ++p) {
+        const double load = std::max(static_cast<double>(compute_[p] + u.compute) / compute_cap_,
+                                     static_cast<double>(memory_[p] + u.memory) / memory_cap_);
+        if (p == 0 || load < best_load) {
+          best = p;
+          best_load = load;
+        }
+      }
+      for (int32_t v : u.vertices) Assign(v, best);
+    }
+  }
+
+  // One pass of label propagation: single-vertex moves, then whole-row moves of data vertices.
+  // Returns whether anything moved.
+  bool RefineRound() {
+    std::vector<int32_t> order = subset_;
+    std::shuffle(order.begin(), order.end(), rng_);
+    bool moved = false;
+    std::vector<int32_t> candidates;
+    for (int32_t v : order) {
+      const int32_t from = part_[v];
+      Candidates(v, &candidates);
+      int32_t best = -1;
+      int64_t best_delta = 0;
+      for (int32_t to : candidates) {
+        if (to == from || !Fits(to, g_.compute_weight[v], g_.memory_weight[v])) continue;
+        const int64_t delta = MoveDelta(v, to);
+        if (delta < best_delta) {
+          best = to;
+          best_delta = delta;
+        }
+      }
+      if (best >= 0) {
+        Unassign(v);
+        Assign(v, best);
+        moved = true;
+      }
+      if (!IsCompute(v)) moved = MoveRow(v, candidates) || moved;
+    }
+    return moved;
+  }
+
+  // Moves data vertex d with the row tiles on its part to the candidate part that lowers km1
+  // most, if one fits.
+  bool MoveRow(int32_t d, const std::vector<int32_t>& candidates) {
+    const int32_t from = part_[d];
+    std::vector<int32_t> unit = {d};
+    int64_t compute = 0, memory = g_.memory_weight[d];
+    for (int32_t t : RowTiles(d)) {
+      if (part_[t] == from) {
+        unit.push_back(t);
+        compute += g_.compute_weight[t];
+      }
+    }
+    if (unit.size() == 1) return false;
+    const int64_t before = km1_;
+    int32_t best = -1;
+    int64_t best_km1 = before;
+    for (int32_t to : candidates) {
+      if (to == from || !Fits(to, compute, memory)) continue;
+      for (int32_t v : unit) {
+        Unassign(v);
+        Assign(v, to);
+      }
+      if (km1_ < best_km1) {
+        best = to;
+        best_km1 = km1_;
+      }
+      for (int32_t v : unit) {
+        Unassign(v);
+        Assign(v, from);
+      }
+    }
+    if (best < 0) return false;
+    for (int32_t v : unit) {
+      Unassign(v);
+      Assign(v, best);
+    }
+    return true;
+  }
+
+  // Parts where v's nets already have pins.
+  void Candidates(int32_t v, std::vector<int32_t>* out) const {
+    out->clear();
+    for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
+      const int32_t n = g_.incident[i];
+      for (int32_t p = 0; p < k_; ++p) {
+        if (pin_count_[Slot(n, p)] > 0) out->push_back(p);
+      }
+    }
+    std::sort(out->begin(), out->end());
+    out->erase(std::unique(out->begin(), out->end()), out->end());
+  }
+
+  // Moves vertices out of parts above a cap, each to the part with room where km1 grows least.
+  void Repair() {
+    for (int iteration = 0; iteration < 4 * static_cast<int>(subset_.size()); ++iteration) {
+      int32_t over = -1;
+      bool compute_over = false;
+      for (int32_t p = 0; p < k_ && over < 0; ++p) {
+        if (static_cast<double>(compute_[p]) > compute_cap_)
+          over = p, compute_over = true;
+        else if (static_cast<double>(memory_[p]) > memory_cap_)
+          over = p;
+      }
+      if (over < 0) return;
+      int32_t best_v = -1, best_to = -1;
+      int64_t best_delta = 0;
+      for (int32_t v : subset_) {
+        if (part_[v] != over || (compute_over ? g_.compute_weight[v] : g_.memory_weight[v]) == 0) {
+          continue;
+        }
+        for (int32_t to = 0; to < k_; ++to) {
+          if (to == over || !Fits(to, g_.compute_weight[v], g_.memory_weight[v])) continue;
+          const int64_t delta = MoveDelta(v, to);
+          if (best_v < 0 || delta < best_delta) {
+            best_v = v;
+            best_to = to;
+            best_delta = delta;
+          }
+        }
+      }
+      if (best_v < 0) return;  // nothing fits anywhere: infeasible, keep the best found
+      Unassign(best_v);
+      Assign(best_v, best_to);
+    }
+  }
+
+  const Hypergraph& g_;
+  const BlockSet& blocks_;
+  std::vector<int32_t> subset_;
+  int32_t k_;
+  double compute_cap_, memory_cap_;
+  std::mt19937_64 rng_;
+  std::vector<int32_t> part_;
+  std::vector<char> in_subset_;
+  std::vector<int64_t> compute_, memory_;
+  std::vector<int32_t> pin_count_;
+  int64_t km1_ = 0;
+};
+
+int64_t Sum(const std::vector<int64_t>& w, const std::vector<int32_t>& subset) {
+  int64_t total = 0;
+  for (int32_t v : subset) total += w[v];
+  return total;
+}
+
+}  // namespace
+
+Status PartitionOptions::Validate() const {
+  for (const auto& [name, eps] :
+       {std::pair{"eps_compute", eps_compute}, std::pair{"eps_inter", eps_inter},
+        std::pair{"eps_memory", eps_memory}}) {
+    if (!(eps >= 0 && eps <= 100)) {
+      return Status::InvalidArgument(fmt::format("{}={} is not in [0, 100]", name, eps));
+    }
+  }
+  if (refinement_rounds < 0 || refinement_rounds > 1000) {
+    return Status::InvalidArgument(
+        fmt::format("refinement_rounds={} is not in [0, 1000]", refinement_rounds));
+  }
+  return Status::Ok();
+}
+
+Result<PartitionResult> PartitionBlocks(const BlockSet& blocks, const Topology& topology,
+                                        const PartitionOptions& options) {
+  DCP_RETURN_IF_ERROR(options.Validate());
+  DCP_RETURN_IF_ERROR(topology.Validate());
+  const auto start = std::chrono::steady_clock::now();
+  const Hypergraph g = BuildHypergraph(blocks);
+  std::vector<int32_t> all(g.n_vertices());
+  std::iota(all.begin(), all.end(), 0);
+  const double compute_avg = static_cast<double>(Sum(g.compute_weight, all)) / topology.devices();
+  const double memory_avg = static_cast<double>(Sum(g.memory_weight, all)) / topology.devices();
+  const int32_t dpn = topology.devices_per_node;
+
+  // Level 1: across nodes (skipped with one node).
+  std::vector<int32_t> node(g.n_vertices(), 0);
+  if (topology.nodes > 1) {
+    KwayPartitioner level1(g, blocks, all, topology.nodes,
+                           (1 + options.eps_inter) * compute_avg * dpn,
+                           (1 + options.eps_memory / 2) * memory_avg * dpn, options.seed);
+    node = level1.Run(options.refinement_rounds);
+  }
+  // Level 2: inside each node, relative to the node's own compute and the global memory average.
+  std::vector<int32_t> device(g.n_vertices(), 0);
+  for (int32_t n = 0; n < topology.nodes; ++n) {
+    std::vector<int32_t> subset;
+    for (int32_t v = 0; v < g.n_vertices(); ++v) {
+      if (node[v] == n) subset.push_back(v);
+    }
+    const double node_compute_avg = static_cast<double>(Sum(g.compute_weight, subset)) / dpn;
+    KwayPartitioner level2(g, blocks, subset, dpn, (1 + options.eps_compute) * node_compute_avg,
+                           (1 + options.eps_memory) * memory_avg, options.seed + 1 + n);
+    const std::vector<int32_t> part = level2.Run(options.refinement_rounds);
+    for (int32_t v : subset) device[v] = n * dpn + part[v];
+  }
+
+  PartitionResult result;
+  for (int32_t v = 0; v < g.n_vertices(); ++v) {
+    (v < g.n_compute ? result.placement.compute_device : result.placement.data_device)
+        .push_back(DeviceId{device[v]});
+  }
+  DCP_ASSIGN_OR_RETURN(result.report, EvaluatePlacement(g, result.placement, topology));
+  result.balanced =
+      result.report.memory_imbalance <= options.eps_memory + 1e-9 &&
+      result.report.compute_imbalance <=
+          (topology.nodes > 1 ? (1 + options.eps_inter) * (1 + options.eps_compute) - 1
+                              : options.eps_compute) +
+              1e-9;
+  result.partition_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+}  // namespace dcp

@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "dcp/partition.h"
+
+namespace dcp {
+namespace {
+
+BlockSet Blocks(const std::vector<int64_t>& lengths, const char* mask, int64_t block_size) {
+  auto batch = Batch::Create(lengths, {*MaskSpec::Parse(mask)},
+                             AttentionShape{.heads = 8, .kv_heads = 2, .head_dim = 64});
+  if (!batch.ok()) ADD_FAILURE() << batch.status().ToString();
+  auto set = MakeBlocks(*batch, {.block_size = block_size});
+  if (!set.ok()) ADD_FAILURE() << set.status().ToString();
+  return *set;
+}
+
+TEST(PartitionBlocks, PlacesEveryBlockOnADeviceOfTheTopology) {
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    std::vector<int64_t> lengths(1 + rng() % 6);
+    for (int64_t& l : lengths) l = 1 + static_cast<int64_t>(rng() % 5000);
+    const BlockSet set = Blocks(lengths, seed % 2 ? "causal" : "lambda:sink=16,window=700", 256);
+    const Topology topology{.nodes = 1 + static_cast<int32_t>(rng() % 3),
+                            .devices_per_node = 1 + static_cast<int32_t>(rng() % 4)};
+    auto result = PartitionBlocks(set, topology, PartitionOptions{.seed = seed});
+    ASSERT_TRUE(result.ok()) << result.status().ToString();
+    ASSERT_EQ(result->placement.data_device.size(), set.data_blocks.size());
+    ASSERT_EQ(result->placement.compute_device.size(), set.compute_blocks.size());
+    for (DeviceId d : result->placement.data_device) {
+      EXPECT_TRUE(d.value >= 0 && d.value < topology.devices());
+    }
+    for (DeviceId d : result->placement.compute_device) {
+      EXPECT_TRUE(d.value >= 0 && d.value < topology.devices());
+    }
+  }
+}
+
+// Sixteen equal sequences on eight devices: two whole sequences per device meets both
+// constraints exactly and moves nothing, so a partitioner must find a balanced placement.
+TEST(PartitionBlocks, MeetsBothConstraintsWhenAPerfectPlacementExists) {
+  const BlockSet set = Blocks(std::vector<int64_t>(16, 4096), "causal", 1024);
+  auto result = PartitionBlocks(set, Topology{.nodes = 1, .devices_per_node = 8},
+                                PartitionOptions{.eps_compute = 0.05, .eps_memory = 0.05});
+  ASSERT_TRUE(result.ok());
+  EXPECT_TRUE(result->balanced);
+  EXPECT_LE(result->report.compute_imbalance, 0.05 + 1e-9);
+  EXPECT_LE(result->report.memory_imbalance, 0.05 + 1e-9);
+  EXPECT_EQ(result->report.km1_bytes, 0);
+}
+
+TEST(PartitionBlocks, MeetsBothConstraintsOnALongCausalSequence) {
+  const BlockSet set = Blocks({65536}, "causal", 1024);
+  const PartitionOptions options{.eps_compute = 0.1, .eps_memory = 0.2};
+  auto result = PartitionBlocks(set, Topology{.nodes = 1, .devices_per_node = 8}, options);
+  ASSERT_TRUE(result.ok());
+  EXPECT_TRUE(result->balanced);
+  EXPECT_LE(result->report.compute_imbalance, 0.1 + 1e-9);
+  EXPECT_LE(result->report.memory_imbalance, 0.2 + 1e-9);
+}
+
+TEST(PartitionBlocks, IsDeterministicForASeed) {
+  const BlockSet set = Blocks({30000, 9000, 4000, 777}, "causal", 512);
+  const Topology topology{.nodes = 2, .devices_per_node = 4};
+  auto a = PartitionBlocks(set, topology, PartitionOptions{.seed = 7});
+  auto b = PartitionBlocks(set, topology, PartitionOptions{.seed = 7});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->placement.data_device, b->placement.data_device);
+  EXPECT_EQ(a->placement.compute_device, b->placement.compute_device);
+}
+
+TEST(PartitionBlocks, ReportsInfeasibleBalanceInsteadOfFailing) {
+  // Two token blocks cannot be spread over eight devices.
+  const BlockSet set = Blocks({2048}, "causal", 1024);
+  auto result = PartitionBlocks(set, Topology{.nodes = 2, .devices_per_node = 4}, {});
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_FALSE(result->balanced);
+  EXPECT_GT(result->report.memory_imbalance, 0.2);
+}
+
+TEST(PartitionBlocks, RejectsBadOptions) {
+  const BlockSet set = Blocks({100}, "causal", 64);
+  auto result = PartitionBlocks(set, Topology{}, PartitionOptions{.eps_compute = -0.1});
+  ASSERT_FALSE(result.ok());
+  EXPECT_NE(result.status().message().find("eps_compute=-0.1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dcp
