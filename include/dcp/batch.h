@@ -93,7 +93,8 @@ Result<std::vector<int64_t>> SampleLengths(const SyntheticOptions& options, int6
 // How sequences are packed into batches, as in the DCP paper's micro-benchmark: shuffle with a
 // seed, drop sequences longer than max_sequence_length, then fill batches greedily in order: a
 // batch is closed when the next sequence would overflow the budget, and kept only if it holds at
-// least min_fill * token_budget tokens. The last, unfinished batch is dropped.
+// least min_fill * token_budget tokens. The last batch is kept only if it is filled exactly to the
+// budget (nothing more could join it); otherwise it is unfinished and dropped.
 struct PackOptions {
   int64_t token_budget = 131072;    // tokens per batch
   int64_t max_sequence_length = 0;  // longer sequences are dropped; 0 means token_budget

@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: Apache-2.0
+// End-to-end tests of the `dcp` binary: run it with popen, parse its --json output, and check its
+// exit codes and error messages. The expected numbers come from the formulas of
+// include/dcp/blocks.h, not from the library.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string ShellQuote(const std::string& arg) {
+  std::string quoted = "'";
+  for (char c : arg) {
+    if (c == '\'') {
+      quoted += "'\\''";
+    } else {
+      quoted += c;
+    }
+  }
+  return quoted + "'";
+}
+
+std::string TempPath(const std::string& suffix) {
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return ::testing::TempDir() + "dcp_cli_" + info->name() + "_" + std::to_string(::getpid()) +
+         suffix;
+}
+
+// Runs `dcp ARGS...`, capturing stdout, stderr and the exit code.
+CliRun RunDcp(const std::vector<std::string>& args) {
+  const std::string err_path = TempPath(".stderr");
+  std::string command = ShellQuote(DCP_CLI_PATH);
+  for (const std::string& arg : args) command += " " + ShellQuote(arg);
+  command += " 2>" + ShellQuote(err_path);
+  CliRun run;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    ADD_FAILURE() << "popen failed for " << command;
+    return run;
+  }
+  char buffer[4096];
+  size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.out.append(buffer, n);
+  const int status = ::pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream err(err_path);
+  std::stringstream contents;
+  contents << err.rdbuf();
+  run.err = contents.str();
+  std::remove(err_path.c_str());
+  return run;
+}
+
+nlohmann::json ParseJson(const CliRun& run) {
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  nlohmann::json j = nlohmann::json::parse(run.out, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(j.is_discarded()) << "stdout is not JSON:\n" << run.out;
+  EXPECT_TRUE(j.is_object()) << run.out;
+  return j;
+}
+
+void WriteFile(const std::string& path, const std::string& contents) {
+  std::ofstream out(path, std::ios::binary);
+  out << contents;
+}
+
+TEST(CliBlocks, PrintsTheBlocksOfAnExplicitBatchAsJson) {
+  const CliRun run = RunDcp(
+      {"blocks", "--seqlens", "4096,1000", "--mask", "causal", "--block-size", "1024", "--json"});
+  const nlohmann::json j = ParseJson(run);
+  ASSERT_TRUE(j.is_object());
+  for (const char* key : {"n_data_blocks", "n_compute_blocks", "flops_fwd", "flops_bwd",
+                          "density_vs_causal", "block_size"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  // 4 + 1 token blocks; a lower triangle of 4x4 tiles plus one tile; FLOPs from the causal area
+  // with 8 heads of dimension 128 (the defaults).
+  const int64_t area = int64_t{4096} * 4097 / 2 + int64_t{1000} * 1001 / 2;
+  EXPECT_EQ(j.value("n_data_blocks", -1), 5);
+  EXPECT_EQ(j.value("n_compute_blocks", -1), 11);
+  EXPECT_EQ(j.value("flops_fwd", int64_t{-1}), 4 * area * 128 * 8);
+  EXPECT_EQ(j.value("flops_bwd", int64_t{-1}), 10 * area * 128 * 8);
+  EXPECT_EQ(j.value("density_vs_causal", -1.0), 1.0);
+  EXPECT_EQ(j.value("block_size", -1), 1024);
+  EXPECT_EQ(j.value("total_tokens", -1), 5096);
+  EXPECT_TRUE(run.err.empty()) << run.err;
+}
+
+TEST(CliBlocks, ReportsEachSequenceInJson) {
+  const nlohmann::json j = ParseJson(RunDcp(
+      {"blocks", "--seqlens", "4096,1000", "--mask", "full", "--block-size", "1024", "--json"}));
+  ASSERT_TRUE(j.contains("sequences"));
+  const nlohmann::json& seqs = j["sequences"];
+  ASSERT_TRUE(seqs.is_array());
+  ASSERT_EQ(seqs.size(), 2u);
+  EXPECT_EQ(seqs[0].value("length", -1), 4096);
+  EXPECT_EQ(seqs[0].value("n_data_blocks", -1), 4);
+  EXPECT_EQ(seqs[0].value("n_compute_blocks", -1), 16);
+  EXPECT_EQ(seqs[1].value("length", -1), 1000);
+  EXPECT_EQ(seqs[1].value("n_compute_blocks", -1), 1);
+  EXPECT_EQ(seqs[1].value("mask_area", int64_t{-1}), 1000 * 1000);
+  EXPECT_EQ(seqs[1].value("mask", std::string()), "full");
+  EXPECT_EQ(j.value("n_compute_blocks", -1), 17);
+}
+
+TEST(CliBlocks, ChoosesTheBlockSizeWithAuto) {
+  const nlohmann::json j = ParseJson(
+      RunDcp({"blocks", "--seqlens", "16384", "--block-size", "auto", "--devices", "8", "--json"}));
+  EXPECT_EQ(j.value("block_size", -1), 2048);
+  EXPECT_EQ(j.value("n_data_blocks", -1), 8);
+}
+
+TEST(CliBlocks, AppliesHeadGroupsAndShape) {
+  const nlohmann::json j = ParseJson(
+      RunDcp({"blocks", "--seqlens", "300", "--block-size", "100", "--heads", "16", "--kv-heads",
+              "4", "--head-dim", "64", "--head-groups", "4", "--dtype", "fp32", "--json"}));
+  EXPECT_EQ(j.value("n_compute_blocks", -1), 6 * 4);
+  EXPECT_EQ(j.value("head_groups", -1), 4);
+  EXPECT_EQ(j.value("flops_fwd", int64_t{-1}), int64_t{4} * 300 * 301 / 2 * 64 * 16);
+  // Per token: Q, O, dO, dQ 16*64*4 bytes each, KV and dKV 2*4*64*4 each, LSE 16*4.
+  EXPECT_EQ(j.value("data_bytes", int64_t{-1}),
+            int64_t{300} * (4 * 16 * 64 * 4 + 2 * 2 * 4 * 64 * 4 + 16 * 4));
+  ASSERT_TRUE(j.contains("shape"));
+  EXPECT_EQ(j["shape"].value("dtype", std::string()), "fp32");
+}
+
+TEST(CliBlocks, RunsWithDefaultOptions) {
+  const CliRun table = RunDcp({"blocks"});
+  EXPECT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_FALSE(table.out.empty());
+  // The default batch is a synthetic one of at most 131072 tokens, filled to at least 75%.
+  const nlohmann::json j = ParseJson(RunDcp({"blocks", "--json"}));
+  const int64_t tokens = j.value("total_tokens", int64_t{-1});
+  EXPECT_LE(tokens, 131072);
+  EXPECT_GE(tokens, 131072 * 3 / 4);
+  EXPECT_EQ(j.value("density_vs_causal", -1.0), 1.0);
+  EXPECT_EQ(j.value("block_size", -1), 1024);
+}
+
+TEST(CliBlocks, GivesTheSameSyntheticBatchForTheSameSeed) {
+  const CliRun a = RunDcp({"blocks", "--dataset", "longalign", "--seed", "3", "--json"});
+  const CliRun b = RunDcp({"blocks", "--dataset", "longalign", "--seed", "3", "--json"});
+  EXPECT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+}
+
+TEST(CliBlocks, ReadsLengthsFromAFile) {
+  const std::string path = TempPath(".txt");
+  WriteFile(path, "# two sequences\n4096\r\n\n1000  # the short one\n");
+  const nlohmann::json j =
+      ParseJson(RunDcp({"blocks", "--seqlens-file", path, "--block-size", "1024", "--json"}));
+  std::remove(path.c_str());
+  EXPECT_EQ(j.value("total_tokens", -1), 5096);
+  EXPECT_EQ(j.value("n_data_blocks", -1), 5);
+}
+
+TEST(CliBlocks, ReadsLengthsFromAMegatronIndex) {
+  std::string idx("MMIDIDX\0\0", 9);
+  const auto le = [&idx](uint64_t v, int bytes) {
+    for (int b = 0; b < bytes; ++b) idx.push_back(static_cast<char>((v >> (8 * b)) & 0xff));
+  };
+  le(1, 8);  // version
+  le(4, 1);  // dtype code
+  le(2, 8);  // sequences
+  le(3, 8);  // documents
+  le(2048, 4);
+  le(100, 4);
+  le(0, 8);
+  le(8192, 8);
+  for (uint64_t d = 0; d < 3; ++d) le(d, 8);
+  const std::string path = TempPath(".idx");
+  WriteFile(path, idx);
+  const nlohmann::json j =
+      ParseJson(RunDcp({"blocks", "--idx", path, "--block-size", "1024", "--json"}));
+  std::remove(path.c_str());
+  EXPECT_EQ(j.value("total_tokens", -1), 2148);
+  EXPECT_EQ(j.value("n_data_blocks", -1), 3);
+}
+
+TEST(CliBlocks, ReadsAJsonMaskFromAFile) {
+  const std::string path = TempPath(".json");
+  WriteFile(path, R"({"slices": [{"rows": [0, 10], "lo": [0, 0], "hi": [10, 0]}]})");
+  const nlohmann::json j =
+      ParseJson(RunDcp({"blocks", "--seqlens", "10", "--mask", "@" + path, "--json"}));
+  std::remove(path.c_str());
+  EXPECT_EQ(j.value("mask_area", -1), 100);
+}
+
+TEST(CliBlocks, RejectsABadMaskSpecAndNamesIt) {
+  const CliRun run = RunDcp({"blocks", "--seqlens", "100", "--mask", "bogus-mask:x=1"});
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.err.find("bogus-mask"), std::string::npos) << run.err;
+  EXPECT_TRUE(run.out.empty()) << run.out;
+}
+
+TEST(CliBlocks, RejectsAMaskThatDoesNotFitASequence) {
+  const CliRun run = RunDcp({"blocks", "--seqlens", "50", "--mask", "documents:lengths=100"});
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.err.find("documents"), std::string::npos) << run.err;
+}
+
+TEST(CliBlocks, RejectsTwoLengthSources) {
+  const CliRun run = RunDcp({"blocks", "--seqlens", "1,2", "--seqlens-file", "x"});
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.err.find("--seqlens-file"), std::string::npos) << run.err;
+  EXPECT_NE(RunDcp({"blocks", "--seqlens", "1,2", "--idx", "x"}).exit_code, 0);
+  EXPECT_NE(RunDcp({"blocks", "--seqlens-file", "x", "--idx", "y"}).exit_code, 0);
+}
+
+TEST(CliBlocks, RejectsABadLengthListAndNamesIt) {
+  const CliRun run = RunDcp({"blocks", "--seqlens", "4096,abc"});
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.err.find("abc"), std::string::npos) << run.err;
+}
+
+TEST(CliBlocks, ReportsAMissingLengthsFile) {
+  const std::string path = TempPath(".missing");
+  const CliRun run = RunDcp({"blocks", "--seqlens-file", path});
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.err.find(path), std::string::npos) << run.err;
+}
+
+TEST(CliBlocks, RejectsABlockSizeThatIsNotANumber) {
+  const CliRun run = RunDcp({"blocks", "--seqlens", "100", "--block-size", "big"});
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.err.find("big"), std::string::npos) << run.err;
+  const CliRun zero = RunDcp({"blocks", "--seqlens", "100", "--block-size", "0"});
+  EXPECT_NE(zero.exit_code, 0);
+  EXPECT_NE(zero.err.find("block_size=0"), std::string::npos) << zero.err;
+}
+
+TEST(CliBlocks, RejectsHeadGroupsThatDoNotDivideKvHeads) {
+  const CliRun run = RunDcp({"blocks", "--seqlens", "100", "--head-groups", "3"});
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.err.find("head_groups=3"), std::string::npos) << run.err;
+}
+
+TEST(CliBlocks, RejectsAnUnknownDtype) {
+  const CliRun run = RunDcp({"blocks", "--seqlens", "100", "--dtype", "int8"});
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.err.find("int8"), std::string::npos) << run.err;
+}
+
+TEST(Cli, RequiresASubcommand) {
+  const CliRun run = RunDcp({});
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_FALSE(run.err.empty());
+}
+
+}  // namespace
