@@ -39,11 +39,24 @@ void TouchedKvBlocks(const Mask& mask, int64_t u, int64_t v, int64_t block_size,
   ranges->resize(merged);
 }
 
+// Upper bound on the non-empty tiles of a sequence, from the kv blocks its slices may touch.
+int64_t TileBound(const Mask& mask, int64_t block_size) {
+  const int64_t length = mask.length();
+  std::vector<const Slice*> slices;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  int64_t bound = 0;
+  for (int64_t u = 0; u < length; u += block_size) {
+    TouchedKvBlocks(mask, u, std::min(length, u + block_size), block_size, &slices, &ranges);
+    for (const auto& [first, last] : ranges) bound += last - first;
+  }
+  return bound;
+}
+
 // Appends the compute blocks of one sequence. Areas are computed once per tile and shared by the
 // head groups.
-Status AddComputeBlocks(const Mask& mask, SequenceId sequence, int32_t first_block,
-                        int64_t block_size, const BlockingOptions& options,
-                        const AttentionShape& shape, BlockSet* set) {
+void AddComputeBlocks(const Mask& mask, SequenceId sequence, int32_t first_block,
+                      int64_t block_size, const BlockingOptions& options,
+                      const AttentionShape& shape, BlockSet* set) {
   const int64_t length = mask.length();
   const int64_t n_blocks = (length + block_size - 1) / block_size;
   const int64_t heads_per_group = shape.heads / options.head_groups;
@@ -51,20 +64,6 @@ Status AddComputeBlocks(const Mask& mask, SequenceId sequence, int32_t first_blo
   const int64_t bwd_per_pair = 10 * shape.head_dim * heads_per_group;
   std::vector<const Slice*> slices;
   std::vector<std::pair<int64_t, int64_t>> ranges;
-
-  // Bound the tile count first, so an absurd batch fails fast instead of exhausting memory.
-  int64_t bound = static_cast<int64_t>(set->compute_blocks.size());
-  for (int64_t i = 0; i < n_blocks; ++i) {
-    TouchedKvBlocks(mask, i * block_size, std::min(length, (i + 1) * block_size), block_size,
-                    &slices, &ranges);
-    for (const auto& [first, last] : ranges) bound += (last - first) * options.head_groups;
-    if (bound > kMaxBlocks) {
-      return Status::InvalidArgument(fmt::format(
-          "sequence {} of {} tokens in blocks of {} needs more than 2^31 compute blocks; use "
-          "larger blocks",
-          sequence.value, length, block_size));
-    }
-  }
 
   struct Tile {
     int64_t q, kv, area;
@@ -95,7 +94,6 @@ Status AddComputeBlocks(const Mask& mask, SequenceId sequence, int32_t first_blo
       });
     }
   }
-  return Status::Ok();
 }
 
 }  // namespace
@@ -152,6 +150,20 @@ Result<BlockSet> MakeBlocks(const Batch& batch, const BlockingOptions& options) 
     return Status::InvalidArgument("batch is too large: its blocks or FLOPs overflow");
   }
 
+  // Bound the tile count first, so an absurd batch fails fast instead of exhausting memory, and
+  // reserve once: growing a large vector repeatedly costs more than filling it.
+  int64_t tile_bound = 0;
+  for (size_t s = 0; s < batch.seqlens().size(); ++s) {
+    tile_bound += TileBound(batch.masks()[s], options.block_size) * options.head_groups;
+    if (tile_bound > kMaxBlocks) {
+      return Status::InvalidArgument(fmt::format(
+          "batch needs more than 2^31 compute blocks in blocks of {} tokens (sequence {} of {} "
+          "tokens); use larger blocks",
+          options.block_size, s, batch.seqlens()[s]));
+    }
+  }
+  set.compute_blocks.reserve(tile_bound);
+
   const DataBlockBytes per_token = BytesPerToken(shape);
   set.data_blocks.reserve(n_data_blocks);
   int64_t batch_token = 0;
@@ -178,8 +190,8 @@ Result<BlockSet> MakeBlocks(const Batch& batch, const BlockingOptions& options) 
       });
     }
     batch_token += len;
-    DCP_RETURN_IF_ERROR(AddComputeBlocks(batch.masks()[s], sequence, first_block,
-                                         options.block_size, options, shape, &set));
+    AddComputeBlocks(batch.masks()[s], sequence, first_block, options.block_size, options, shape,
+                     &set);
   }
   set.sequence_first_block.push_back(static_cast<int32_t>(set.data_blocks.size()));
   for (const ComputeBlock& c : set.compute_blocks) {
