@@ -54,16 +54,21 @@ Result<std::vector<int64_t>> BuildLengths(const BatchArgs& args) {
 Result<MaskSpec> BuildMaskSpec(const std::string& text) {
   if (text.empty() || text.front() != '@') return MaskSpec::Parse(text);
   const std::string path = text.substr(1);
-  std::ifstream in(path);
-  if (!in) return Status::NotFound(fmt::format("cannot open mask file '{}'", path));
-  std::stringstream contents;
-  contents << in.rdbuf();
-  Result<MaskSpec> spec = MaskSpec::Parse(contents.str());
+  DCP_ASSIGN_OR_RETURN(std::string contents, ReadTextFile(path));
+  Result<MaskSpec> spec = MaskSpec::Parse(contents);
   if (!spec.ok()) return spec.status().WithContext(fmt::format("mask file '{}'", path));
   return spec;
 }
 
 }  // namespace
+
+Result<std::string> ReadTextFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound(fmt::format("cannot open '{}'", path));
+  std::stringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
 
 Result<Batch> BuildBatch(const BatchArgs& args) {
   DCP_ASSIGN_OR_RETURN(std::vector<int64_t> lengths, BuildLengths(args));

@@ -35,6 +35,9 @@ void AddBatchOptions(CLI::App& app, BatchArgs& args);
 // The batch the options describe: lengths from exactly one source, the mask, the shape.
 Result<Batch> BuildBatch(const BatchArgs& args);
 
+// The whole contents of a text file; NotFound names the path when it cannot be read.
+Result<std::string> ReadTextFile(const std::string& path);
+
 // Blocking options from the arguments; resolves --block-size auto with the block-size heuristic.
 Result<BlockingOptions> BuildBlockingOptions(const BatchArgs& args, const Batch& batch);
 

@@ -5,7 +5,6 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "cli/batch_args.h"
 #include "cli/commands.h"
@@ -22,14 +21,6 @@ struct PlaceArgs {
   std::string read_partition;
   bool json = false;
 };
-
-Result<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound(fmt::format("cannot open '{}'", path));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 Status WriteText(const std::string& path, const std::string& text) {
   std::ofstream out(path);
@@ -76,7 +67,7 @@ int Run(const BatchArgs& batch_args, const PlaceArgs& args) {
   double partition_ms = 0;
   bool balanced = false;
   if (!args.read_partition.empty()) {
-    Result<std::string> text = ReadText(args.read_partition);
+    Result<std::string> text = ReadTextFile(args.read_partition);
     if (!text.ok()) return ReportError(text.status());
     Result<Placement> placement = ReadPartition(*text, graph, *topology);
     if (!placement.ok()) {
