@@ -70,7 +70,12 @@ struct Hypergraph {
   int32_t n_pins() const { return static_cast<int32_t>(pins.size()); }
 };
 
-Hypergraph BuildHypergraph(const BlockSet& blocks);
+// Which traffic the net weights count. The forward-only model is the one of the original DCP and of
+// the reference instances in ../shared/reference/partitioners.md; dcp plans with both passes.
+enum class TrafficModel { kForwardAndBackward, kForwardOnly };
+
+Hypergraph BuildHypergraph(const BlockSet& blocks,
+                           TrafficModel traffic = TrafficModel::kForwardAndBackward);
 
 // Standard hMETIS format with net and vertex weights (fmt 11), readable by hMETIS, KaHyPar and
 // Mt-KaHyPar: a '%' comment line stating the scales, "n_nets n_vertices 11", one line per net
@@ -115,9 +120,16 @@ Result<PlacementReport> EvaluatePlacement(const Hypergraph& graph, const Placeme
 
 namespace dcp {
 
-enum class PartitionerKind { kBuiltin };
+enum class PartitionerKind {
+  kBuiltin,  // dcp's own: greedy start and refinement with both constraints enforced natively
+  kZoltan,   // Zoltan PHG on one weight (memory pinned by scaling), then dcp's balance repair
+};
+
+std::string_view ToString(PartitionerKind kind);
+Result<PartitionerKind> ParsePartitionerKind(std::string_view text);  // "builtin" | "zoltan"
 
 struct PartitionOptions {
+  PartitionerKind partitioner = PartitionerKind::kBuiltin;
   // Compute per device <= (1 + eps_compute) * average, inside each node.
   double eps_compute = 0.1;
   // Compute per node <= (1 + eps_inter) * average at the first, across-node level: a looser bound
@@ -126,7 +138,7 @@ struct PartitionOptions {
   double eps_inter = 0.4;
   // Data bytes per device <= (1 + eps_memory) * average.
   double eps_memory = 0.2;
-  uint64_t seed = 0;          // same seed, same placement
+  uint64_t seed = 0;           // same seed, same placement
   int refinement_rounds = 24;  // label-propagation passes per level; more is slower, rarely better
 
   Status Validate() const;
@@ -143,8 +155,14 @@ struct PartitionResult {
 };
 
 // Places every block on a device of the topology: across nodes first (eps_inter), then inside each
-// node (eps_compute), minimising bytes moved. Deterministic for a given seed.
+// node (eps_compute), minimising bytes moved. Deterministic for a given seed. Returns Unsupported
+// for the Zoltan backend in a build without Zoltan.
 Result<PartitionResult> PartitionBlocks(const BlockSet& blocks, const Topology& topology,
                                         const PartitionOptions& options);
+
+// The same on a given hypergraph (e.g. built with another traffic model) of `blocks`.
+Result<PartitionResult> PartitionHypergraph(const Hypergraph& graph, const BlockSet& blocks,
+                                            const Topology& topology,
+                                            const PartitionOptions& options);
 
 }  // namespace dcp

@@ -53,10 +53,10 @@ int Run(const BatchArgs& batch_args, const PlaceArgs& args) {
   if (!blocks.ok()) return ReportError(blocks.status());
   Result<Topology> topology = Topology::Parse(args.topology);
   if (!topology.ok()) return ReportError(topology.status());
-  if (args.partitioner != "builtin") {
-    return ReportError(Status::Unsupported(
-        fmt::format("partitioner '{}' is not available (known: builtin)", args.partitioner)));
-  }
+  Result<PartitionerKind> kind = ParsePartitionerKind(args.partitioner);
+  if (!kind.ok()) return ReportError(kind.status());
+  PartitionOptions options = args.options;
+  options.partitioner = *kind;
   const Hypergraph graph = BuildHypergraph(*blocks);
   if (!args.export_hypergraph.empty()) {
     std::string hgr;
@@ -79,7 +79,7 @@ int Run(const BatchArgs& batch_args, const PlaceArgs& args) {
     balanced = report.compute_imbalance <= args.options.eps_compute + 1e-9 &&
                report.memory_imbalance <= args.options.eps_memory + 1e-9;
   } else {
-    Result<PartitionResult> result = PartitionBlocks(*blocks, *topology, args.options);
+    Result<PartitionResult> result = PartitionBlocks(*blocks, *topology, options);
     if (!result.ok()) return ReportError(result.status());
     report = result->report;
     partition_ms = result->partition_ms;
@@ -115,7 +115,7 @@ CommandRunner AddPlaceCommand(CLI::App& app) {
   auto args = std::make_shared<PlaceArgs>();
   AddBatchOptions(*cmd, *batch_args);
   cmd->add_option("--topology", args->topology, "NODESxDEVICES, e.g. 4x8")->capture_default_str();
-  cmd->add_option("--partitioner", args->partitioner, "builtin")->capture_default_str();
+  cmd->add_option("--partitioner", args->partitioner, "builtin | zoltan")->capture_default_str();
   cmd->add_option("--eps-compute", args->options.eps_compute, "Compute tolerance per device")
       ->capture_default_str();
   cmd->add_option("--eps-inter", args->options.eps_inter, "Compute tolerance per node")

@@ -16,7 +16,8 @@ NetBytes NetBytesOf(const DataBlock& block, const AttentionShape& shape, int64_t
                   .column_bwd = kv + kv};
 }
 
-Hypergraph BuildHypergraph(const BlockSet& blocks) {
+Hypergraph BuildHypergraph(const BlockSet& blocks, TrafficModel traffic) {
+  const bool backward = traffic == TrafficModel::kForwardAndBackward;
   Hypergraph g;
   g.n_compute = static_cast<int32_t>(blocks.compute_blocks.size());
   g.n_data = static_cast<int32_t>(blocks.data_blocks.size());
@@ -24,10 +25,12 @@ Hypergraph BuildHypergraph(const BlockSet& blocks) {
   g.compute_weight.assign(n, 0);
   g.memory_weight.assign(n, 0);
   for (int32_t c = 0; c < g.n_compute; ++c) {
-    g.compute_weight[c] = blocks.compute_blocks[c].flops_fwd + blocks.compute_blocks[c].flops_bwd;
+    g.compute_weight[c] =
+        blocks.compute_blocks[c].flops_fwd + (backward ? blocks.compute_blocks[c].flops_bwd : 0);
   }
   for (int32_t d = 0; d < g.n_data; ++d) {
-    g.memory_weight[g.n_compute + d] = blocks.data_blocks[d].bytes.Total();
+    const DataBlockBytes& bytes = blocks.data_blocks[d].bytes;
+    g.memory_weight[g.n_compute + d] = backward ? bytes.Total() : bytes.Forward();
   }
 
   // Tiles of each (data block, head group) by direction, in compute-block order.
@@ -52,8 +55,10 @@ Hypergraph BuildHypergraph(const BlockSet& blocks) {
   for (int32_t d = 0; d < g.n_data; ++d) {
     const NetBytes bytes = NetBytesOf(blocks.data_blocks[d], blocks.shape, groups);
     for (int64_t h = 0; h < groups; ++h) {
-      add_net(d, NetKind::kRow, bytes.row_fwd + bytes.row_bwd, row[d * groups + h]);
-      add_net(d, NetKind::kColumn, bytes.column_fwd + bytes.column_bwd, column[d * groups + h]);
+      add_net(d, NetKind::kRow, bytes.row_fwd + (backward ? bytes.row_bwd : 0),
+              row[d * groups + h]);
+      add_net(d, NetKind::kColumn, bytes.column_fwd + (backward ? bytes.column_bwd : 0),
+              column[d * groups + h]);
     }
   }
 

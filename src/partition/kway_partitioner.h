@@ -1,31 +1,31 @@
 // SPDX-License-Identifier: Apache-2.0
-// The builtin partitioner, first version: a structure-aware greedy start and label-propagation
-// refinement on km1 with both balance constraints enforced natively, applied across nodes and
-// then inside each node.
+// The k-way engine of the builtin partitioner: a subset of a hypergraph's vertices into k parts
+// under a compute cap and a memory cap per part, minimising km1 (connectivity - 1).
 //
 // Start: a sequence whose blocks fit on one part goes there whole (it then moves nothing); longer
 // sequences are cut into rows (a data block with the tiles that read its queries), placed largest
 // first on the least loaded part. Refinement moves single vertices and whole rows to the part that
 // most reduces km1 without breaking a cap, then a repair pass moves vertices out of overloaded
-// parts at the least km1 cost.
-// TODO(issue 3): multilevel coarsening, FM with gain buckets, Zoltan backend; see the issue note.
+// parts at the least km1 cost. The caps are enforced natively, never by scaling weights.
+// Internal to src/partition.
+#pragma once
+
 #include <algorithm>
-#include <chrono>
-#include <numeric>
 #include <random>
+#include <vector>
 
 #include "dcp/partition.h"
 
-namespace dcp {
-namespace {
+namespace dcp::internal {
 
 // One k-way problem: the vertices of `subset` into parts 0..k-1 under per-part caps.
 class KwayPartitioner {
  public:
-  KwayPartitioner(const Hypergraph& g, const BlockSet& blocks, std::vector<int32_t> subset,
-                  int32_t k, double compute_cap, double memory_cap, uint64_t seed)
+  KwayPartitioner(const Hypergraph& g, const std::vector<int32_t>& sequence_first_block,
+                  std::vector<int32_t> subset, int32_t k, double compute_cap, double memory_cap,
+                  uint64_t seed)
       : g_(g),
-        blocks_(blocks),
+        sequence_first_block_(sequence_first_block),
         subset_(std::move(subset)),
         k_(k),
         compute_cap_(compute_cap),
@@ -39,9 +39,14 @@ class KwayPartitioner {
     for (int32_t v : subset_) in_subset_[v] = 1;
   }
 
-  // Returns the part of every vertex of the subset (others -1).
-  std::vector<int32_t> Run(int rounds) {
-    InitialPlacement();
+  // Returns the part of every vertex of the subset (others -1), starting from the greedy
+  // placement, or from `initial` (a part per vertex) when given.
+  std::vector<int32_t> Run(int rounds, const std::vector<int32_t>* initial = nullptr) {
+    if (initial != nullptr) {
+      for (int32_t v : subset_) Assign(v, (*initial)[v]);
+    } else {
+      InitialPlacement();
+    }
     for (int r = 0; r < rounds; ++r) {
       if (!RefineRound()) break;
     }
@@ -125,12 +130,11 @@ class KwayPartitioner {
       u.compute += g_.compute_weight[v];
       u.memory += g_.memory_weight[v];
     };
-    const int32_t n_sequences = static_cast<int32_t>(blocks_.sequence_first_block.size()) - 1;
+    const int32_t n_sequences = static_cast<int32_t>(sequence_first_block_.size()) - 1;
     for (int32_t s = 0; s < n_sequences; ++s) {
       Unit whole;
       std::vector<Unit> rows;
-      for (int32_t b = blocks_.sequence_first_block[s]; b < blocks_.sequence_first_block[s + 1];
-           ++b) {
+      for (int32_t b = sequence_first_block_[s]; b < sequence_first_block_[s + 1]; ++b) {
         const int32_t d = g_.n_compute + b;
         if (!in_subset_[d]) continue;
         Unit row;
@@ -294,7 +298,7 @@ class KwayPartitioner {
   }
 
   const Hypergraph& g_;
-  const BlockSet& blocks_;
+  const std::vector<int32_t>& sequence_first_block_;
   std::vector<int32_t> subset_;
   int32_t k_;
   double compute_cap_, memory_cap_;
@@ -306,78 +310,4 @@ class KwayPartitioner {
   int64_t km1_ = 0;
 };
 
-int64_t Sum(const std::vector<int64_t>& w, const std::vector<int32_t>& subset) {
-  int64_t total = 0;
-  for (int32_t v : subset) total += w[v];
-  return total;
-}
-
-}  // namespace
-
-Status PartitionOptions::Validate() const {
-  for (const auto& [name, eps] :
-       {std::pair{"eps_compute", eps_compute}, std::pair{"eps_inter", eps_inter},
-        std::pair{"eps_memory", eps_memory}}) {
-    if (!(eps >= 0 && eps <= 100)) {
-      return Status::InvalidArgument(fmt::format("{}={} is not in [0, 100]", name, eps));
-    }
-  }
-  if (refinement_rounds < 0 || refinement_rounds > 1000) {
-    return Status::InvalidArgument(
-        fmt::format("refinement_rounds={} is not in [0, 1000]", refinement_rounds));
-  }
-  return Status::Ok();
-}
-
-Result<PartitionResult> PartitionBlocks(const BlockSet& blocks, const Topology& topology,
-                                        const PartitionOptions& options) {
-  DCP_RETURN_IF_ERROR(options.Validate());
-  DCP_RETURN_IF_ERROR(topology.Validate());
-  const auto start = std::chrono::steady_clock::now();
-  const Hypergraph g = BuildHypergraph(blocks);
-  std::vector<int32_t> all(g.n_vertices());
-  std::iota(all.begin(), all.end(), 0);
-  const double compute_avg = static_cast<double>(Sum(g.compute_weight, all)) / topology.devices();
-  const double memory_avg = static_cast<double>(Sum(g.memory_weight, all)) / topology.devices();
-  const int32_t dpn = topology.devices_per_node;
-
-  // Level 1: across nodes (skipped with one node).
-  std::vector<int32_t> node(g.n_vertices(), 0);
-  if (topology.nodes > 1) {
-    KwayPartitioner level1(g, blocks, all, topology.nodes,
-                           (1 + options.eps_inter) * compute_avg * dpn,
-                           (1 + options.eps_memory / 2) * memory_avg * dpn, options.seed);
-    node = level1.Run(options.refinement_rounds);
-  }
-  // Level 2: inside each node, relative to the node's own compute and the global memory average.
-  std::vector<int32_t> device(g.n_vertices(), 0);
-  for (int32_t n = 0; n < topology.nodes; ++n) {
-    std::vector<int32_t> subset;
-    for (int32_t v = 0; v < g.n_vertices(); ++v) {
-      if (node[v] == n) subset.push_back(v);
-    }
-    const double node_compute_avg = static_cast<double>(Sum(g.compute_weight, subset)) / dpn;
-    KwayPartitioner level2(g, blocks, subset, dpn, (1 + options.eps_compute) * node_compute_avg,
-                           (1 + options.eps_memory) * memory_avg, options.seed + 1 + n);
-    const std::vector<int32_t> part = level2.Run(options.refinement_rounds);
-    for (int32_t v : subset) device[v] = n * dpn + part[v];
-  }
-
-  PartitionResult result;
-  for (int32_t v = 0; v < g.n_vertices(); ++v) {
-    (v < g.n_compute ? result.placement.compute_device : result.placement.data_device)
-        .push_back(DeviceId{device[v]});
-  }
-  DCP_ASSIGN_OR_RETURN(result.report, EvaluatePlacement(g, result.placement, topology));
-  result.balanced =
-      result.report.memory_imbalance <= options.eps_memory + 1e-9 &&
-      result.report.compute_imbalance <=
-          (topology.nodes > 1 ? (1 + options.eps_inter) * (1 + options.eps_compute) - 1
-                              : options.eps_compute) +
-              1e-9;
-  result.partition_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  return result;
-}
-
-}  // namespace dcp
+}  // namespace dcp::internal
