@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "dcp/partition.h"
@@ -36,16 +37,33 @@ class KwayPartitioner {
         compute_(k, 0),
         memory_(k, 0),
         pin_count_(static_cast<size_t>(g.n_nets()) * k, 0) {
-    for (int32_t v : subset_) in_subset_[v] = 1;
+    for (int32_t v : subset_) {
+      in_subset_[v] = 1;
+      if (v >= g.n_compute) data_vertices_.push_back(v);
+    }
   }
 
-  // Returns the part of every vertex of the subset (others -1), starting from the greedy
-  // placement, or from `initial` (a part per vertex) when given.
-  std::vector<int32_t> Run(int rounds, const std::vector<int32_t>* initial = nullptr) {
-    if (initial != nullptr) {
-      for (int32_t v : subset_) Assign(v, (*initial)[v]);
-    } else {
-      InitialPlacement();
+  // How the engine starts: from the geometric cut with its q axis stretched by `stretch` times
+  // the row/column byte ratio, from the greedy whole-sequence packing, or from a given partition.
+  struct Start {
+    enum class Kind { kGeometric, kGreedy, kGiven } kind = Kind::kGeometric;
+    double stretch = 1.0;                         // kGeometric
+    const std::vector<int32_t>* given = nullptr;  // kGiven: a part per vertex
+  };
+
+  // Places the subset from `start`, refines, repairs the caps and refines again. Returns the part
+  // of every vertex of the subset (others -1).
+  std::vector<int32_t> Run(int rounds, const Start& start) {
+    switch (start.kind) {
+      case Start::Kind::kGeometric:
+        GeometricPlacement(start.stretch);
+        break;
+      case Start::Kind::kGreedy:
+        InitialPlacement();
+        break;
+      case Start::Kind::kGiven:
+        for (int32_t v : subset_) Assign(v, (*start.given)[v]);
+        break;
     }
     for (int r = 0; r < rounds; ++r) {
       if (!RefineRound()) break;
@@ -55,6 +73,18 @@ class KwayPartitioner {
       if (!RefineRound()) break;
     }
     return part_;
+  }
+
+  int64_t km1() const { return km1_; }
+  // Whether every part is within both caps.
+  bool WithinCaps() const {
+    for (int32_t p = 0; p < k_; ++p) {
+      if (static_cast<double>(compute_[p]) > compute_cap_ ||
+          static_cast<double>(memory_[p]) > memory_cap_) {
+        return false;
+      }
+    }
+    return true;
   }
 
  private:
@@ -112,6 +142,117 @@ class KwayPartitioner {
       }
     }
     return tiles;
+  }
+
+  // Start for attention hypergraphs: tiles are points (q block, kv block) in the batch's block
+  // coordinates, with the q axis stretched by the ratio of row-net to column-net bytes, and are
+  // cut by recursive bisection into k regions of equal compute. A region a rows tall and b
+  // columns wide costs about row_bytes * a + column_bytes * b for a * b tiles, so square regions in
+  // the stretched coordinates move the fewest bytes. Each data block then goes to the part that
+  // saves the most bytes holding it, within the memory cap.
+  void GeometricPlacement(double stretch_factor) {
+    struct Point {
+      int32_t v;
+      double x, y;
+    };
+    std::vector<Point> points;
+    std::vector<int32_t> data;
+    std::vector<double> net_sum(2, 0), net_count(2, 0);
+    for (int32_t n = 0; n < g_.n_nets(); ++n) {
+      const int kind = g_.net_kind[n] == NetKind::kRow ? 0 : 1;
+      net_sum[kind] += static_cast<double>(g_.net_weight[n]);
+      net_count[kind] += 1;
+    }
+    const double stretch =
+        stretch_factor * (net_count[0] > 0 && net_count[1] > 0 && net_sum[1] > 0
+                              ? (net_sum[0] / net_count[0]) / (net_sum[1] / net_count[1])
+                              : 1.0);
+    for (int32_t v : subset_) {
+      if (!IsCompute(v)) {
+        data.push_back(v);
+        continue;
+      }
+      Point p{v, 0, 0};
+      for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
+        const int32_t n = g_.incident[i];
+        if (g_.net_kind[n] == NetKind::kRow)
+          p.x = stretch * g_.net_data_block[n];
+        else
+          p.y = g_.net_data_block[n];
+      }
+      points.push_back(p);
+    }
+    Bisect(points.data(), points.data() + points.size(), 0, k_);
+    for (const Point& p : points) Assign(p.v, part_of_point_[p.v]);
+    PlaceData(data);
+  }
+
+  template <typename Point>
+  void Bisect(Point* begin, Point* end, int32_t first_part, int32_t parts) {
+    if (parts == 1 || end - begin <= 1) {
+      for (Point* p = begin; p != end; ++p) part_of_point_[p->v] = first_part;
+      return;
+    }
+    double x0 = begin->x, x1 = begin->x, y0 = begin->y, y1 = begin->y;
+    int64_t total = 0;
+    for (Point* p = begin; p != end; ++p) {
+      x0 = std::min(x0, p->x), x1 = std::max(x1, p->x);
+      y0 = std::min(y0, p->y), y1 = std::max(y1, p->y);
+      total += g_.compute_weight[p->v];
+    }
+    const bool along_x = x1 - x0 >= y1 - y0;
+    std::sort(begin, end, [along_x](const Point& a, const Point& b) {
+      return along_x ? std::tie(a.x, a.y, a.v) < std::tie(b.x, b.y, b.v)
+                     : std::tie(a.y, a.x, a.v) < std::tie(b.y, b.x, b.v);
+    });
+    const int32_t left_parts = parts / 2;
+    const double target = static_cast<double>(total) * left_parts / parts;
+    Point* cut = begin;
+    int64_t prefix = 0;
+    while (cut != end && static_cast<double>(prefix + g_.compute_weight[cut->v]) <= target) {
+      prefix += g_.compute_weight[cut->v];
+      ++cut;
+    }
+    // Take the next tile too if that lands closer to the target.
+    if (cut != end && static_cast<double>(prefix + g_.compute_weight[cut->v]) - target <
+                          target - static_cast<double>(prefix)) {
+      ++cut;
+    }
+    Bisect(begin, cut, first_part, left_parts);
+    Bisect(cut, end, first_part + left_parts, parts - left_parts);
+  }
+
+  // Each data vertex to the part where its nets already have pins worth the most bytes, within
+  // the memory cap; the rest to the part with the most memory room.
+  void PlaceData(const std::vector<int32_t>& data) {
+    struct Choice {
+      int64_t saving;
+      int32_t v, part;
+    };
+    std::vector<Choice> choices;
+    for (int32_t v : data) {
+      for (int32_t p = 0; p < k_; ++p) {
+        int64_t saving = 0;
+        for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
+          if (pin_count_[Slot(g_.incident[i], p)] > 0) saving += g_.net_weight[g_.incident[i]];
+        }
+        if (saving > 0) choices.push_back({saving, v, p});
+      }
+    }
+    std::sort(choices.begin(), choices.end(), [](const Choice& a, const Choice& b) {
+      return std::tie(b.saving, a.v, a.part) < std::tie(a.saving, b.v, b.part);
+    });
+    for (const Choice& c : choices) {
+      if (part_[c.v] < 0 && Fits(c.part, 0, g_.memory_weight[c.v])) Assign(c.v, c.part);
+    }
+    for (int32_t v : data) {
+      if (part_[v] >= 0) continue;
+      int32_t best = 0;
+      for (int32_t p = 1; p < k_; ++p) {
+        if (memory_[p] < memory_[best]) best = p;
+      }
+      Assign(v, best);
+    }
   }
 
   void InitialPlacement() {
@@ -206,9 +347,51 @@ class KwayPartitioner {
         Assign(v, best);
         moved = true;
       }
-      if (!IsCompute(v)) moved = MoveRow(v, candidates) || moved;
+      if (!IsCompute(v)) moved = MoveRow(v, candidates) || SwapData(v, candidates) || moved;
     }
     return moved;
+  }
+
+  // Swaps data vertex d with a data vertex of another part when that lowers km1 and both parts
+  // stay within the memory cap: with every device's memory full, single moves cannot help. Two
+  // data vertices never share a net, so the gain of a swap is the sum of the two moves' gains.
+  bool SwapData(int32_t d, const std::vector<int32_t>& candidates) {
+    const int32_t a = part_[d];
+    int32_t best_e = -1;
+    int64_t best_delta = 0;
+    for (int32_t b : candidates) {
+      if (b == a) continue;
+      const int64_t delta_d = MoveDelta(d, b);
+      if (delta_d >= 0) continue;
+      for (int32_t e : data_in_part_scratch_(b)) {
+        const int64_t m_d = g_.memory_weight[d], m_e = g_.memory_weight[e];
+        if (static_cast<double>(memory_[b] - m_e + m_d) > memory_cap_ ||
+            static_cast<double>(memory_[a] - m_d + m_e) > memory_cap_) {
+          continue;
+        }
+        const int64_t delta = delta_d + MoveDelta(e, a);
+        if (delta < best_delta) {
+          best_delta = delta;
+          best_e = e;
+        }
+      }
+    }
+    if (best_e < 0) return false;
+    const int32_t b = part_[best_e];
+    Unassign(d);
+    Unassign(best_e);
+    Assign(d, b);
+    Assign(best_e, a);
+    return true;
+  }
+
+  // The data vertices of the subset currently on part p.
+  std::vector<int32_t> data_in_part_scratch_(int32_t p) const {
+    std::vector<int32_t> out;
+    for (int32_t v : data_vertices_) {
+      if (part_[v] == p) out.push_back(v);
+    }
+    return out;
   }
 
   // Moves data vertex d with the row tiles on its part to the candidate part that lowers km1
@@ -304,7 +487,9 @@ class KwayPartitioner {
   double compute_cap_, memory_cap_;
   std::mt19937_64 rng_;
   std::vector<int32_t> part_;
+  std::vector<int32_t> part_of_point_ = std::vector<int32_t>(g_.n_vertices(), -1);
   std::vector<char> in_subset_;
+  std::vector<int32_t> data_vertices_;  // of the subset
   std::vector<int64_t> compute_, memory_;
   std::vector<int32_t> pin_count_;
   int64_t km1_ = 0;

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // The placement driver: across nodes first, then inside each node, with a k-way solver per level
 // (the builtin engine, or Zoltan PHG followed by the builtin engine's repair and refinement).
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <numeric>
+#include <tuple>
 
 #include "dcp/partition.h"
 #include "partition/kway_partitioner.h"
@@ -22,17 +25,36 @@ Result<std::vector<int32_t>> SolveLevel(const Hypergraph& g, const BlockSet& blo
                                         const std::vector<int32_t>& subset, int32_t k,
                                         double compute_cap, double memory_cap, uint64_t seed,
                                         const PartitionOptions& options) {
-  internal::KwayPartitioner engine(g, blocks.sequence_first_block, subset, k, compute_cap,
-                                   memory_cap, seed);
+  using Engine = internal::KwayPartitioner;
   switch (options.partitioner) {
-    case PartitionerKind::kBuiltin:
-      return engine.Run(options.refinement_rounds);
+    case PartitionerKind::kBuiltin: {
+      // Several starts, keep the best: within the caps first, then the fewest bytes.
+      using Kind = Engine::Start::Kind;
+      const Engine::Start starts[] = {{Kind::kGeometric, 1.0},
+                                      {Kind::kGeometric, 0.5},
+                                      {Kind::kGeometric, 2.0},
+                                      {Kind::kGreedy}};
+      std::vector<int32_t> best;
+      std::pair<bool, int64_t> best_score{false, 0};
+      for (const Engine::Start& start : starts) {
+        Engine engine(g, blocks.sequence_first_block, subset, k, compute_cap, memory_cap, seed);
+        std::vector<int32_t> part = engine.Run(options.refinement_rounds, start);
+        const std::pair<bool, int64_t> score{engine.WithinCaps(), engine.km1()};
+        if (best.empty() || (score.first && !best_score.first) ||
+            (score.first == best_score.first && score.second < best_score.second)) {
+          best = std::move(part);
+          best_score = score;
+        }
+      }
+      return best;
+    }
     case PartitionerKind::kZoltan: {
       DCP_ASSIGN_OR_RETURN(std::vector<int32_t> initial,
                            internal::ZoltanKway(g, subset, k, compute_cap, memory_cap));
-      // Zoltan balances one weight; repair makes both caps hold. No further refinement, so the
-      // result stays Zoltan's own.
-      return engine.Run(/*rounds=*/0, &initial);
+      // Zoltan balances one weight; repair makes both caps hold. No refinement, so the result
+      // stays Zoltan's own.
+      Engine engine(g, blocks.sequence_first_block, subset, k, compute_cap, memory_cap, seed);
+      return engine.Run(/*rounds=*/0, {.kind = Engine::Start::Kind::kGiven, .given = &initial});
     }
   }
   return Status::Internal("unknown partitioner");
@@ -72,28 +94,33 @@ Status PartitionOptions::Validate() const {
   return Status::Ok();
 }
 
-Result<PartitionResult> PartitionHypergraph(const Hypergraph& g, const BlockSet& blocks,
-                                            const Topology& topology,
-                                            const PartitionOptions& options) {
-  DCP_RETURN_IF_ERROR(options.Validate());
-  DCP_RETURN_IF_ERROR(topology.Validate());
-  const auto start = std::chrono::steady_clock::now();
+namespace {
+
+struct Averages {
+  double compute = 0, memory = 0;  // per device
+};
+
+// Across nodes first (eps_inter), then inside each node (eps_compute). Returns a device per vertex.
+Result<std::vector<int32_t>> PlaceTwoLevel(const Hypergraph& g, const BlockSet& blocks,
+                                           const Topology& topology, const Averages& avg,
+                                           const PartitionOptions& options) {
+  const int32_t dpn = topology.devices_per_node;
   std::vector<int32_t> all(g.n_vertices());
   std::iota(all.begin(), all.end(), 0);
-  const double compute_avg = static_cast<double>(Sum(g.compute_weight, all)) / topology.devices();
-  const double memory_avg = static_cast<double>(Sum(g.memory_weight, all)) / topology.devices();
-  const int32_t dpn = topology.devices_per_node;
-
-  // Level 1: across nodes (skipped with one node). Memory gets half its tolerance here so that the
-  // devices inside a node can still meet it.
-  std::vector<int32_t> node(g.n_vertices(), 0);
-  if (topology.nodes > 1) {
-    DCP_ASSIGN_OR_RETURN(
-        node,
-        SolveLevel(g, blocks, all, topology.nodes, (1 + options.eps_inter) * compute_avg * dpn,
-                   (1 + options.eps_memory / 2) * memory_avg * dpn, options.seed, options));
-  }
-  // Level 2: inside each node, relative to the node's own compute and the global memory average.
+  // A node may hold only what its devices can: whole blocks, each device up to its cap. With
+  // blocks of the largest size that is floor(cap / largest) of them per device, so the node cap
+  // is that many (never below the average, which must always fit).
+  const double device_memory_cap = (1 + options.eps_memory) * avg.memory;
+  const double largest =
+      static_cast<double>(*std::max_element(g.memory_weight.begin(), g.memory_weight.end()));
+  const double whole_blocks =
+      largest > 0 ? std::floor(device_memory_cap / largest) * largest : device_memory_cap;
+  const double node_memory_cap = std::max(avg.memory, whole_blocks) * dpn;
+  DCP_ASSIGN_OR_RETURN(
+      std::vector<int32_t> node,
+      SolveLevel(g, blocks, all, topology.nodes, (1 + options.eps_inter) * avg.compute * dpn,
+                 node_memory_cap, options.seed, options));
+  // Inside each node, relative to the node's own compute and the global memory average.
   std::vector<int32_t> device(g.n_vertices(), 0);
   for (int32_t n = 0; n < topology.nodes; ++n) {
     std::vector<int32_t> subset;
@@ -104,10 +131,24 @@ Result<PartitionResult> PartitionHypergraph(const Hypergraph& g, const BlockSet&
     DCP_ASSIGN_OR_RETURN(
         std::vector<int32_t> part,
         SolveLevel(g, blocks, subset, dpn, (1 + options.eps_compute) * node_compute_avg,
-                   (1 + options.eps_memory) * memory_avg, options.seed + 1 + n, options));
+                   device_memory_cap, options.seed + 1 + n, options));
     for (int32_t v : subset) device[v] = n * dpn + part[v];
   }
+  return device;
+}
 
+// All devices at once, each within eps_compute of the average.
+Result<std::vector<int32_t>> PlaceFlat(const Hypergraph& g, const BlockSet& blocks,
+                                       const Topology& topology, const Averages& avg,
+                                       const PartitionOptions& options) {
+  std::vector<int32_t> all(g.n_vertices());
+  std::iota(all.begin(), all.end(), 0);
+  return SolveLevel(g, blocks, all, topology.devices(), (1 + options.eps_compute) * avg.compute,
+                    (1 + options.eps_memory) * avg.memory, options.seed, options);
+}
+
+Result<PartitionResult> Evaluate(const Hypergraph& g, const std::vector<int32_t>& device,
+                                 const Topology& topology, const PartitionOptions& options) {
   PartitionResult result;
   for (int32_t v = 0; v < g.n_vertices(); ++v) {
     (v < g.n_compute ? result.placement.compute_device : result.placement.data_device)
@@ -120,6 +161,42 @@ Result<PartitionResult> PartitionHypergraph(const Hypergraph& g, const BlockSet&
   constexpr double kSlack = 1e-9;  // rounding of the averages
   result.balanced = result.report.memory_imbalance <= options.eps_memory + kSlack &&
                     result.report.compute_imbalance <= compute_bound + kSlack;
+  return result;
+}
+
+// Balanced beats unbalanced; then fewer inter-node bytes; then fewer bytes; then less imbalance.
+bool Better(const PartitionResult& a, const PartitionResult& b) {
+  const auto key = [](const PartitionResult& r) {
+    return std::make_tuple(!r.balanced, r.report.bytes_inter_node, r.report.km1_bytes,
+                           std::max(r.report.compute_imbalance, r.report.memory_imbalance));
+  };
+  return key(a) < key(b);
+}
+
+}  // namespace
+
+Result<PartitionResult> PartitionHypergraph(const Hypergraph& g, const BlockSet& blocks,
+                                            const Topology& topology,
+                                            const PartitionOptions& options) {
+  DCP_RETURN_IF_ERROR(options.Validate());
+  DCP_RETURN_IF_ERROR(topology.Validate());
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<int32_t> all(g.n_vertices());
+  std::iota(all.begin(), all.end(), 0);
+  const Averages avg{
+      .compute = static_cast<double>(Sum(g.compute_weight, all)) / topology.devices(),
+      .memory = static_cast<double>(Sum(g.memory_weight, all)) / topology.devices()};
+
+  // The flat placement balances every device to eps_compute, tighter than the two-level bound,
+  // so the two-level one is kept only when it really crosses the network less.
+  DCP_ASSIGN_OR_RETURN(std::vector<int32_t> flat, PlaceFlat(g, blocks, topology, avg, options));
+  DCP_ASSIGN_OR_RETURN(PartitionResult result, Evaluate(g, flat, topology, options));
+  if (topology.nodes > 1) {
+    DCP_ASSIGN_OR_RETURN(std::vector<int32_t> two_level,
+                         PlaceTwoLevel(g, blocks, topology, avg, options));
+    DCP_ASSIGN_OR_RETURN(PartitionResult hierarchical, Evaluate(g, two_level, topology, options));
+    if (Better(hierarchical, result)) result = std::move(hierarchical);
+  }
   result.partition_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return result;

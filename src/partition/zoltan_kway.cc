@@ -46,7 +46,7 @@ void HypergraphSize(void* data, int* num_lists, int* num_pins, int* format, int*
 }
 
 void HypergraphPins(void* data, int, int num_lists, int num_pins, int, ZOLTAN_ID_PTR list_ids,
-                int* list_begin, ZOLTAN_ID_PTR pin_ids, int* ierr) {
+                    int* list_begin, ZOLTAN_ID_PTR pin_ids, int* ierr) {
   const auto* in = static_cast<ZoltanInput*>(data);
   std::copy_n(in->net_id.begin(), num_lists, list_ids);
   std::copy_n(in->net_begin.begin(), num_lists, list_begin);

@@ -90,3 +90,57 @@ TEST(PartitionBlocks, RejectsBadOptions) {
 
 }  // namespace
 }  // namespace dcp
+
+namespace dcp {
+namespace {
+
+// The placement a flat partition of all devices gives, read on the multi-node topology.
+TEST(PartitionBlocks, HierarchicalCrossesNodesNoMoreThanFlatAtTheSameBalance) {
+  int compared = 0;
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    std::vector<int64_t> lengths(2 + rng() % 6);
+    for (int64_t& l : lengths) l = 1024 + static_cast<int64_t>(rng() % 40000);
+    const BlockSet set = Blocks(lengths, seed % 2 ? "causal" : "shared-question", 1024);
+    const Topology topology{.nodes = 2 + static_cast<int32_t>(rng() % 3), .devices_per_node = 4};
+    const PartitionOptions options{
+        .eps_compute = 0.1, .eps_inter = 0.1, .eps_memory = 0.2, .seed = seed};
+    auto flat =
+        PartitionBlocks(set, Topology{.nodes = 1, .devices_per_node = topology.devices()}, options);
+    auto hierarchical = PartitionBlocks(set, topology, options);
+    ASSERT_TRUE(flat.ok() && hierarchical.ok());
+    auto flat_on_nodes = EvaluatePlacement(BuildHypergraph(set), flat->placement, topology);
+    ASSERT_TRUE(flat_on_nodes.ok());
+    if (!flat->balanced) continue;  // no balanced flat reference to compare with
+    EXPECT_TRUE(hierarchical->balanced);
+    EXPECT_LE(hierarchical->report.bytes_inter_node, flat_on_nodes->bytes_inter_node);
+    ++compared;
+  }
+  EXPECT_GE(compared, 6);  // the comparison must not be skipped wholesale
+}
+
+TEST(PartitionBlocks, ZoltanBackendMeetsBothConstraintsAfterRepair) {
+  const BlockSet set = Blocks({65536, 16384, 8192, 8192, 4096}, "causal", 1024);
+  const PartitionOptions options{
+      .partitioner = PartitionerKind::kZoltan, .eps_compute = 0.1, .eps_memory = 0.2};
+  auto result = PartitionBlocks(set, Topology{.nodes = 2, .devices_per_node = 4}, options);
+  if (!result.ok() && result.status().code() == StatusCode::kUnsupported) {
+    GTEST_SKIP() << result.status().ToString();  // a build without Zoltan
+  }
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_TRUE(result->balanced);
+  EXPECT_LE(result->report.memory_imbalance, 0.2 + 1e-9);
+  EXPECT_EQ(result->placement.compute_device.size(), set.compute_blocks.size());
+}
+
+TEST(PartitionerKind, ParsesAndPrints) {
+  EXPECT_EQ(*ParsePartitionerKind("zoltan"), PartitionerKind::kZoltan);
+  EXPECT_EQ(ToString(PartitionerKind::kBuiltin), "builtin");
+  auto bad = ParsePartitionerKind("kahypar");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'kahypar'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dcp
