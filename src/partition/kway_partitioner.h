@@ -46,7 +46,7 @@ class KwayPartitioner {
   // How the engine starts: from the geometric cut with its q axis stretched by `stretch` times
   // the row/column byte ratio, from the greedy whole-sequence packing, or from a given partition.
   struct Start {
-    enum class Kind { kGeometric, kGreedy, kGiven } kind = Kind::kGeometric;
+    enum class Kind { kGeometric, kContiguous, kGreedy, kGiven } kind = Kind::kGeometric;
     double stretch = 1.0;                         // kGeometric
     const std::vector<int32_t>* given = nullptr;  // kGiven: a part per vertex
   };
@@ -60,6 +60,9 @@ class KwayPartitioner {
         break;
       case Start::Kind::kGreedy:
         InitialPlacement();
+        break;
+      case Start::Kind::kContiguous:
+        ContiguousPlacement();
         break;
       case Start::Kind::kGiven:
         for (int32_t v : subset_) Assign(v, (*start.given)[v]);
@@ -252,6 +255,36 @@ class KwayPartitioner {
         if (memory_[p] < memory_[best]) best = p;
       }
       Assign(v, best);
+    }
+  }
+
+  // Start that keeps sequences together: data blocks in batch order cut into k runs of equal
+  // memory, every tile on the part holding its queries (row nets are the heavy ones). Compute is
+  // then unbalanced where long causal sequences sit; the repair pass moves the cheapest tiles out,
+  // and once a part imports a row or column, more tiles of it come almost free, so the moved tiles
+  // gather into compact regions.
+  void ContiguousPlacement() {
+    int64_t total = 0;
+    for (int32_t v : data_vertices_) total += g_.memory_weight[v];
+    int64_t prefix = 0;
+    std::vector<int32_t> row_owner(g_.n_data, -1);
+    for (int32_t v : data_vertices_) {  // ascending vertex id: batch order
+      const auto p = static_cast<int32_t>(std::min<int64_t>(
+          k_ - 1, (2 * prefix + g_.memory_weight[v]) * k_ / (2 * std::max<int64_t>(total, 1))));
+      prefix += g_.memory_weight[v];
+      Assign(v, p);
+      row_owner[v - g_.n_compute] = p;
+    }
+    for (int32_t v : subset_) {
+      if (!IsCompute(v)) continue;
+      int32_t p = 0;
+      for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
+        const int32_t n = g_.incident[i];
+        if (g_.net_kind[n] == NetKind::kRow && row_owner[g_.net_data_block[n]] >= 0) {
+          p = row_owner[g_.net_data_block[n]];
+        }
+      }
+      Assign(v, p);
     }
   }
 
@@ -448,35 +481,60 @@ class KwayPartitioner {
 
   // Moves vertices out of parts above a cap, each to the part with room where km1 grows least.
   void Repair() {
-    for (int iteration = 0; iteration < 4 * static_cast<int>(subset_.size()); ++iteration) {
+    // Each pass ranks the moves out of one overloaded part by km1 change and applies the best few,
+    // then ranks again: a move that imports a row or column makes its neighbours cheap, which a
+    // longer batch of stale ranks would miss.
+    constexpr size_t kMovesPerPass = 8;
+    struct Move {
+      int64_t delta;
+      int32_t v, to;
+    };
+    std::vector<Move> moves;
+    std::vector<int32_t> targets;
+    for (int pass = 0; pass < 4 * static_cast<int>(subset_.size()); ++pass) {
       int32_t over = -1;
       bool compute_over = false;
       for (int32_t p = 0; p < k_ && over < 0; ++p) {
-        if (static_cast<double>(compute_[p]) > compute_cap_)
-          over = p, compute_over = true;
-        else if (static_cast<double>(memory_[p]) > memory_cap_)
+        if (static_cast<double>(compute_[p]) > compute_cap_) {
           over = p;
+          compute_over = true;
+        } else if (static_cast<double>(memory_[p]) > memory_cap_) {
+          over = p;
+        }
       }
       if (over < 0) return;
-      int32_t best_v = -1, best_to = -1;
-      int64_t best_delta = 0;
+      const std::vector<int64_t>& load = compute_over ? compute_ : memory_;
+      const int32_t emptiest =
+          static_cast<int32_t>(std::min_element(load.begin(), load.end()) - load.begin());
+      moves.clear();
       for (int32_t v : subset_) {
         if (part_[v] != over || (compute_over ? g_.compute_weight[v] : g_.memory_weight[v]) == 0) {
           continue;
         }
-        for (int32_t to = 0; to < k_; ++to) {
+        Candidates(v, &targets);
+        targets.push_back(emptiest);
+        for (int32_t to : targets) {
           if (to == over || !Fits(to, g_.compute_weight[v], g_.memory_weight[v])) continue;
-          const int64_t delta = MoveDelta(v, to);
-          if (best_v < 0 || delta < best_delta) {
-            best_v = v;
-            best_to = to;
-            best_delta = delta;
-          }
+          moves.push_back({MoveDelta(v, to), v, to});
         }
       }
-      if (best_v < 0) return;  // nothing fits anywhere: infeasible, keep the best found
-      Unassign(best_v);
-      Assign(best_v, best_to);
+      if (moves.empty()) return;  // nothing fits anywhere: infeasible, keep the best found
+      std::sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) {
+        return std::tie(a.delta, a.v, a.to) < std::tie(b.delta, b.v, b.to);
+      });
+      size_t applied = 0;
+      for (const Move& m : moves) {
+        if (applied == kMovesPerPass) break;
+        const bool still_over =
+            static_cast<double>(load[over]) > (compute_over ? compute_cap_ : memory_cap_);
+        if (!still_over) break;
+        if (part_[m.v] != over || !Fits(m.to, g_.compute_weight[m.v], g_.memory_weight[m.v])) {
+          continue;
+        }
+        Unassign(m.v);
+        Assign(m.v, m.to);
+        ++applied;
+      }
     }
   }
 

@@ -33,6 +33,7 @@ Result<std::vector<int32_t>> SolveLevel(const Hypergraph& g, const BlockSet& blo
       const Engine::Start starts[] = {{Kind::kGeometric, 1.0},
                                       {Kind::kGeometric, 0.5},
                                       {Kind::kGeometric, 2.0},
+                                      {Kind::kContiguous},
                                       {Kind::kGreedy}};
       std::vector<int32_t> best;
       std::pair<bool, int64_t> best_score{false, 0};
