@@ -2,6 +2,7 @@
 // Everything public in dcp.
 #pragma once
 
+#include "dcp/baselines.h"
 #include "dcp/batch.h"
 #include "dcp/blocks.h"
 #include "dcp/mask.h"

@@ -491,14 +491,17 @@ class KwayPartitioner {
     };
     std::vector<Move> moves;
     std::vector<int32_t> targets;
+    // A (part, constraint) pair no move can relieve is stuck (e.g. memory when blocks are too few
+    // for the devices); the others are still repaired.
+    std::vector<char> stuck(2 * static_cast<size_t>(k_), 0);
     for (int pass = 0; pass < 4 * static_cast<int>(subset_.size()); ++pass) {
       int32_t over = -1;
       bool compute_over = false;
       for (int32_t p = 0; p < k_ && over < 0; ++p) {
-        if (static_cast<double>(compute_[p]) > compute_cap_) {
+        if (!stuck[2 * p] && static_cast<double>(compute_[p]) > compute_cap_) {
           over = p;
           compute_over = true;
-        } else if (static_cast<double>(memory_[p]) > memory_cap_) {
+        } else if (!stuck[2 * p + 1] && static_cast<double>(memory_[p]) > memory_cap_) {
           over = p;
         }
       }
@@ -518,7 +521,10 @@ class KwayPartitioner {
           moves.push_back({MoveDelta(v, to), v, to});
         }
       }
-      if (moves.empty()) return;  // nothing fits anywhere: infeasible, keep the best found
+      if (moves.empty()) {  // nothing fits anywhere: infeasible, keep the best found
+        stuck[2 * over + (compute_over ? 0 : 1)] = 1;
+        continue;
+      }
       std::sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) {
         return std::tie(a.delta, a.v, a.to) < std::tie(b.delta, b.v, b.to);
       });

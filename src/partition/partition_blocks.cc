@@ -165,11 +165,17 @@ Result<PartitionResult> Evaluate(const Hypergraph& g, const std::vector<int32_t>
   return result;
 }
 
-// Balanced beats unbalanced; then fewer inter-node bytes; then fewer bytes; then less imbalance.
-bool Better(const PartitionResult& a, const PartitionResult& b) {
-  const auto key = [](const PartitionResult& r) {
-    return std::make_tuple(!r.balanced, r.report.bytes_inter_node, r.report.km1_bytes,
-                           std::max(r.report.compute_imbalance, r.report.memory_imbalance));
+// Less violation of the tolerances first (balanced placements have none), then fewer inter-node
+// bytes, then fewer bytes.
+bool Better(const PartitionResult& a, const PartitionResult& b, const Topology& topology,
+            const PartitionOptions& options) {
+  const double compute_bound = topology.nodes > 1
+                                   ? (1 + options.eps_inter) * (1 + options.eps_compute) - 1
+                                   : options.eps_compute;
+  const auto key = [&](const PartitionResult& r) {
+    const double violation = std::max(0.0, r.report.compute_imbalance - compute_bound) +
+                             std::max(0.0, r.report.memory_imbalance - options.eps_memory);
+    return std::make_tuple(violation, r.report.bytes_inter_node, r.report.km1_bytes);
   };
   return key(a) < key(b);
 }
@@ -196,7 +202,7 @@ Result<PartitionResult> PartitionHypergraph(const Hypergraph& g, const BlockSet&
     DCP_ASSIGN_OR_RETURN(std::vector<int32_t> two_level,
                          PlaceTwoLevel(g, blocks, topology, avg, options));
     DCP_ASSIGN_OR_RETURN(PartitionResult hierarchical, Evaluate(g, two_level, topology, options));
-    if (Better(hierarchical, result)) result = std::move(hierarchical);
+    if (Better(hierarchical, result, topology, options)) result = std::move(hierarchical);
   }
   result.partition_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
