@@ -98,9 +98,11 @@ class KwayPartitioner {
     return std::max((static_cast<double>(compute_[p] + g_.compute_weight[v])) / compute_cap_,
                     (static_cast<double>(memory_[p] + g_.memory_weight[v])) / memory_cap_);
   }
+  // Whether part p can take the weights within its caps. A zero weight never breaks a cap, even
+  // on a part already over it (a tile adds no memory to a part whose memory is being repaired).
   bool Fits(int32_t p, int64_t compute, int64_t memory) const {
-    return static_cast<double>(compute_[p] + compute) <= compute_cap_ &&
-           static_cast<double>(memory_[p] + memory) <= memory_cap_;
+    return (compute == 0 || static_cast<double>(compute_[p] + compute) <= compute_cap_) &&
+           (memory == 0 || static_cast<double>(memory_[p] + memory) <= memory_cap_);
   }
 
   void Assign(int32_t v, int32_t p) {

@@ -51,7 +51,7 @@ Result<std::vector<int32_t>> SolveLevel(const Hypergraph& g, const BlockSet& blo
     }
     case PartitionerKind::kZoltan: {
       DCP_ASSIGN_OR_RETURN(std::vector<int32_t> initial,
-                           internal::ZoltanKway(g, subset, k, compute_cap, memory_cap));
+                           internal::ZoltanKway(g, subset, k, compute_cap, memory_cap, seed));
       // Zoltan balances one weight; repair makes both caps hold. No refinement, so the result
       // stays Zoltan's own.
       Engine engine(g, blocks.sequence_first_block, subset, k, compute_cap, memory_cap, seed);

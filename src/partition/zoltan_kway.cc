@@ -9,6 +9,10 @@
 #include <algorithm>
 #include <mutex>
 
+// Exported by libtrilinos_zoltan but declared only in a header Debian does not ship: reseeds the
+// generator PHG draws from (a null state means the global one).
+extern "C" void Zoltan_Srand(unsigned int seed, unsigned int* state);
+
 namespace dcp::internal {
 namespace {
 
@@ -121,7 +125,8 @@ Status EnsureZoltanInitialized() {
 }  // namespace
 
 Result<std::vector<int32_t>> ZoltanKway(const Hypergraph& g, const std::vector<int32_t>& subset,
-                                        int32_t k, double /*compute_cap*/, double memory_cap) {
+                                        int32_t k, double /*compute_cap*/, double memory_cap,
+                                        uint64_t seed) {
   std::vector<int32_t> part(g.n_vertices(), -1);
   if (k == 1 || subset.empty()) {
     for (int32_t v : subset) part[v] = 0;
@@ -133,6 +138,7 @@ Result<std::vector<int32_t>> ZoltanKway(const Hypergraph& g, const std::vector<i
   for (int32_t v : subset) memory += static_cast<double>(g.memory_weight[v]);
   const double tolerance = memory > 0 ? std::max(1.0, memory_cap * k / memory) : 1.05;
 
+  Zoltan_Srand(static_cast<unsigned int>(seed), nullptr);
   Zoltan_Struct* zz = Zoltan_Create(MPI_COMM_SELF);
   const std::pair<const char*, std::string> params[] = {
       {"DEBUG_LEVEL", "0"},
@@ -194,7 +200,7 @@ Result<std::vector<int32_t>> ZoltanKway(const Hypergraph& g, const std::vector<i
 namespace dcp::internal {
 
 Result<std::vector<int32_t>> ZoltanKway(const Hypergraph&, const std::vector<int32_t>&, int32_t,
-                                        double, double) {
+                                        double, double, uint64_t) {
   return Status::Unsupported("dcp was built without Zoltan (install libtrilinos-zoltan-dev)");
 }
 

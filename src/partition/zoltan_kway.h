@@ -12,8 +12,10 @@ namespace dcp::internal {
 // PHG on km1 (connectivity - 1). Zoltan balances a single weight, so memory is pinned the way the
 // original DCP does it: a data vertex weighs its bytes scaled to outweigh all compute a hundred
 // times, and the tolerance is the memory cap's. Compute balance is not enforced here; the caller
-// repairs it. Returns Unsupported in a build without Zoltan, Internal if Zoltan fails.
+// repairs it. Zoltan's random generator is reseeded from `seed` on every call, so results do not
+// depend on earlier calls. Returns Unsupported in a build without Zoltan, Internal if Zoltan fails.
 Result<std::vector<int32_t>> ZoltanKway(const Hypergraph& g, const std::vector<int32_t>& subset,
-                                        int32_t k, double compute_cap, double memory_cap);
+                                        int32_t k, double compute_cap, double memory_cap,
+                                        uint64_t seed);
 
 }  // namespace dcp::internal
