@@ -7,4 +7,5 @@
 #include "dcp/blocks.h"
 #include "dcp/mask.h"
 #include "dcp/partition.h"
+#include "dcp/plan.h"
 #include "dcp/status.h"

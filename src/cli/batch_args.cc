@@ -39,6 +39,26 @@ void AddBatchOptions(CLI::App& app, BatchArgs& args) {
       ->capture_default_str();
 }
 
+void AddPlacementOptions(CLI::App& app, PlacementArgs& args) {
+  app.add_option("--topology", args.topology, "NODESxDEVICES, e.g. 4x8")->capture_default_str();
+  app.add_option("--partitioner", args.partitioner, "builtin | zoltan")->capture_default_str();
+  app.add_option("--eps-compute", args.eps_compute, "Compute tolerance per device")
+      ->capture_default_str();
+  app.add_option("--eps-inter", args.eps_inter, "Compute tolerance per node")
+      ->capture_default_str();
+}
+
+Result<PartitionOptions> BuildPartitionOptions(const BatchArgs& batch, const PlacementArgs& args) {
+  DCP_ASSIGN_OR_RETURN(PartitionerKind kind, ParsePartitionerKind(args.partitioner));
+  PartitionOptions options{.partitioner = kind,
+                           .eps_compute = args.eps_compute,
+                           .eps_inter = args.eps_inter,
+                           .eps_memory = batch.eps_memory,
+                           .seed = batch.seed};
+  DCP_RETURN_IF_ERROR(options.Validate());
+  return options;
+}
+
 namespace {
 
 Result<std::vector<int64_t>> BuildLengths(const BatchArgs& args) {

@@ -8,6 +8,7 @@
 
 #include "dcp/batch.h"
 #include "dcp/blocks.h"
+#include "dcp/partition.h"
 
 namespace dcp::cli {
 
@@ -37,6 +38,19 @@ Result<Batch> BuildBatch(const BatchArgs& args);
 
 // The whole contents of a text file; NotFound names the path when it cannot be read.
 Result<std::string> ReadTextFile(const std::string& path);
+
+// The placement options shared by `dcp place`, `plan`, `run` and `simulate`.
+struct PlacementArgs {
+  std::string topology = "4x8";
+  std::string partitioner = "builtin";
+  double eps_compute = 0.1;
+  double eps_inter = 0.4;
+};
+
+void AddPlacementOptions(CLI::App& app, PlacementArgs& args);
+
+// Partition options from both groups: --eps-memory and --seed come from the batch options.
+Result<PartitionOptions> BuildPartitionOptions(const BatchArgs& batch, const PlacementArgs& args);
 
 // Blocking options from the arguments; resolves --block-size auto with the block-size heuristic.
 Result<BlockingOptions> BuildBlockingOptions(const BatchArgs& args, const Batch& batch);

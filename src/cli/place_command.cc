@@ -14,9 +14,7 @@ namespace dcp::cli {
 namespace {
 
 struct PlaceArgs {
-  std::string topology = "4x8";
-  std::string partitioner = "builtin";
-  PartitionOptions options;
+  PlacementArgs placement;
   std::string export_hypergraph;
   std::string read_partition;
   bool json = false;
@@ -51,12 +49,10 @@ int Run(const BatchArgs& batch_args, const PlaceArgs& args) {
   if (!blocking.ok()) return ReportError(blocking.status());
   Result<BlockSet> blocks = MakeBlocks(*batch, *blocking);
   if (!blocks.ok()) return ReportError(blocks.status());
-  Result<Topology> topology = Topology::Parse(args.topology);
+  Result<Topology> topology = Topology::Parse(args.placement.topology);
   if (!topology.ok()) return ReportError(topology.status());
-  Result<PartitionerKind> kind = ParsePartitionerKind(args.partitioner);
-  if (!kind.ok()) return ReportError(kind.status());
-  PartitionOptions options = args.options;
-  options.partitioner = *kind;
+  Result<PartitionOptions> options = BuildPartitionOptions(batch_args, args.placement);
+  if (!options.ok()) return ReportError(options.status());
   const Hypergraph graph = BuildHypergraph(*blocks);
   if (!args.export_hypergraph.empty()) {
     std::string hgr;
@@ -76,10 +72,10 @@ int Run(const BatchArgs& batch_args, const PlaceArgs& args) {
     Result<PlacementReport> r = EvaluatePlacement(graph, *placement, *topology);
     if (!r.ok()) return ReportError(r.status());
     report = *r;
-    balanced = report.compute_imbalance <= args.options.eps_compute + 1e-9 &&
-               report.memory_imbalance <= args.options.eps_memory + 1e-9;
+    balanced = report.compute_imbalance <= options->eps_compute + 1e-9 &&
+               report.memory_imbalance <= options->eps_memory + 1e-9;
   } else {
-    Result<PartitionResult> result = PartitionBlocks(*blocks, *topology, options);
+    Result<PartitionResult> result = PartitionBlocks(*blocks, *topology, *options);
     if (!result.ok()) return ReportError(result.status());
     report = result->report;
     partition_ms = result->partition_ms;
@@ -114,14 +110,7 @@ CommandRunner AddPlaceCommand(CLI::App& app) {
   auto batch_args = std::make_shared<BatchArgs>();
   auto args = std::make_shared<PlaceArgs>();
   AddBatchOptions(*cmd, *batch_args);
-  cmd->add_option("--topology", args->topology, "NODESxDEVICES, e.g. 4x8")->capture_default_str();
-  cmd->add_option("--partitioner", args->partitioner, "builtin | zoltan")->capture_default_str();
-  cmd->add_option("--eps-compute", args->options.eps_compute, "Compute tolerance per device")
-      ->capture_default_str();
-  cmd->add_option("--eps-inter", args->options.eps_inter, "Compute tolerance per node")
-      ->capture_default_str();
-  cmd->add_option("--partition-seed", args->options.seed, "Partitioner seed")
-      ->capture_default_str();
+  AddPlacementOptions(*cmd, args->placement);
   cmd->add_option("--export-hypergraph", args->export_hypergraph,
                   "Write the hypergraph in hMETIS format to this file");
   cmd->add_option(
@@ -130,7 +119,6 @@ CommandRunner AddPlaceCommand(CLI::App& app) {
   cmd->add_flag("--json", args->json, "Print one JSON object");
   return [cmd, batch_args, args]() -> int {
     if (!cmd->parsed()) return 0;
-    args->options.eps_memory = batch_args->eps_memory;  // one --eps-memory for blocks and placement
     return Run(*batch_args, *args);
   };
 }

@@ -6,7 +6,8 @@
 namespace dcp {
 
 Status Topology::Validate() const {
-  if (nodes < 1 || devices_per_node < 1 || nodes * devices_per_node > 256) {
+  if (nodes < 1 || devices_per_node < 1 || nodes > 256 || devices_per_node > 256 ||
+      nodes * devices_per_node > 256) {
     return Status::InvalidArgument(fmt::format(
         "topology {}x{} must have at least 1 node, 1 device per node and at most 256 devices",
         nodes, devices_per_node));

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: Apache-2.0
+// Division scheduling: which division each compute block runs in, and which data moves, from
+// where to where, before each division.
+//
+// Division 0 holds every tile whose inputs are all local, so it needs no communication. The other
+// tiles of a device are spread over divisions 1..n-1; the inputs a division needs move while the
+// previous division computes. A piece needed by devices of a node other than its owner's crosses
+// the network once, to a relay device of that node, and is forwarded inside the node from there.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dcp/blocks.h"
+#include "dcp/partition.h"
+#include "dcp/status.h"
+
+namespace dcp {
+
+struct ScheduleOptions {
+  // Number of divisions; 0 chooses per batch with the cost model below (1 to 8).
+  int32_t divisions = 0;
+  // Cost model used only to choose the number of divisions. Defaults: an H100-class device and an
+  // 8-GPU node with NVSwitch (450 GB/s per direction per GPU) on a 400 Gbps network (50 GB/s per
+  // node, shared by its devices).
+  double device_flops = 400e12;           // sustained attention FLOP/s of one device
+  double intra_node_bytes_per_s = 450e9;  // per device, per direction
+  double inter_node_bytes_per_s = 50e9;   // per node, shared by its devices
+
+  Status Validate() const;
+};
+
+// Which side of a tile a transferred piece feeds: its queries' row (forward: Q; backward: Q, dO,
+// LSE and Delta) or its keys' column (KV).
+enum class Side : uint8_t { kRow = 0, kColumn = 1 };
+
+// One piece moving to one device before a division. Phase 0 transfers start when the previous
+// division starts; phase 1 transfers forward, inside a node, what a relay received in phase 0.
+struct Transfer {
+  DataBlockId block;
+  int32_t head_group = 0;
+  Side side = Side::kRow;
+  DeviceId source, destination;
+  int32_t division = 1;  // >= 1: needed by the destination from this division on
+  int32_t phase = 0;     // 0 or 1
+};
+
+struct Schedule {
+  int32_t n_divisions = 1;
+  std::vector<int32_t> compute_division;  // per compute block
+  std::vector<Transfer> transfers;        // sorted by (division, phase, source, destination)
+};
+
+// REQUIRES: placement covers `blocks` on `topology` (checked: InvalidArgument otherwise).
+Result<Schedule> ScheduleDivisions(const BlockSet& blocks, const Placement& placement,
+                                   const Topology& topology, const ScheduleOptions& options);
+
+}  // namespace dcp

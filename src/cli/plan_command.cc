@@ -1,0 +1,198 @@
+// SPDX-License-Identifier: Apache-2.0
+// `dcp plan`: block, place, schedule and compile a batch; report per-phase time, traffic, balance
+// and buffers; optionally validate, dump or write the plan.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/batch_args.h"
+#include "cli/commands.h"
+#include "dcp/plan.h"
+#include "dcp/schedule.h"
+
+namespace dcp::cli {
+namespace {
+
+struct PlanArgs {
+  PlacementArgs placement;
+  std::string divisions = "auto";
+  std::string output;
+  bool check = false;
+  bool dump = false;
+  bool json = false;
+};
+
+struct Timings {
+  double blocking = 0, placement = 0, scheduling = 0, compile = 0;
+  double total() const { return blocking + placement + scheduling + compile; }
+};
+
+class Stopwatch {
+ public:
+  double Lap() {
+    const auto now = std::chrono::steady_clock::now();
+    const double ms = std::chrono::duration<double, std::milli>(now - last_).count();
+    last_ = now;
+    return ms;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
+Result<ScheduleOptions> BuildScheduleOptions(const PlanArgs& args) {
+  ScheduleOptions options;
+  if (args.divisions != "auto") {
+    try {
+      size_t used = 0;
+      options.divisions = std::stoi(args.divisions, &used);
+      if (used != args.divisions.size()) throw std::invalid_argument("trailing");
+    } catch (const std::exception&) {
+      return Status::InvalidArgument(
+          fmt::format("--divisions '{}' is neither a number nor 'auto'", args.divisions));
+    }
+  }
+  DCP_RETURN_IF_ERROR(options.Validate());
+  return options;
+}
+
+// max/mean - 1 of the FLOPs each device computes in one pass.
+double ComputeImbalance(const BlockSet& blocks, const Placement& placement, int32_t devices,
+                        Pass pass) {
+  std::vector<double> load(devices, 0);
+  double total = 0;
+  for (size_t c = 0; c < blocks.compute_blocks.size(); ++c) {
+    const ComputeBlock& cb = blocks.compute_blocks[c];
+    const auto flops = static_cast<double>(pass == Pass::kForward ? cb.flops_fwd : cb.flops_bwd);
+    load[placement.compute_device[c].value] += flops;
+    total += flops;
+  }
+  if (total == 0) return 0;
+  return *std::max_element(load.begin(), load.end()) * devices / total - 1;
+}
+
+nlohmann::json PassJson(const Plan& plan, const BlockSet& blocks, const Placement& placement,
+                        Pass pass) {
+  const PlanTraffic t = MeasureTraffic(plan, pass);
+  return {
+      {"bytes_inter_node", t.bytes_inter_node},
+      {"bytes_intra_node", t.bytes_intra_node},
+      {"max_device_bytes_inter_node", t.max_device_bytes_inter_node},
+      {"compute_imbalance", ComputeImbalance(blocks, placement, plan.topology.devices(), pass)}};
+}
+
+int Run(const BatchArgs& batch_args, const PlanArgs& args) {
+  Stopwatch watch;
+  Timings ms;
+  Result<Batch> batch = BuildBatch(batch_args);
+  if (!batch.ok()) return ReportError(batch.status());
+  Result<BlockingOptions> blocking = BuildBlockingOptions(batch_args, *batch);
+  if (!blocking.ok()) return ReportError(blocking.status());
+  Result<Topology> topology = Topology::Parse(args.placement.topology);
+  if (!topology.ok()) return ReportError(topology.status());
+  Result<PartitionOptions> partition_options = BuildPartitionOptions(batch_args, args.placement);
+  if (!partition_options.ok()) return ReportError(partition_options.status());
+  Result<ScheduleOptions> schedule_options = BuildScheduleOptions(args);
+  if (!schedule_options.ok()) return ReportError(schedule_options.status());
+  watch.Lap();
+
+  Result<BlockSet> blocks = MakeBlocks(*batch, *blocking);
+  if (!blocks.ok()) return ReportError(blocks.status());
+  ms.blocking = watch.Lap();
+  Result<PartitionResult> placed = PartitionBlocks(*blocks, *topology, *partition_options);
+  if (!placed.ok()) return ReportError(placed.status());
+  ms.placement = watch.Lap();
+  Result<Schedule> schedule =
+      ScheduleDivisions(*blocks, placed->placement, *topology, *schedule_options);
+  if (!schedule.ok()) return ReportError(schedule.status());
+  ms.scheduling = watch.Lap();
+  Result<Plan> plan = CompilePlan(*batch, *blocks, placed->placement, *schedule, *topology);
+  if (!plan.ok()) return ReportError(plan.status());
+  ms.compile = watch.Lap();
+
+  if (args.check) {
+    if (Status s = ValidatePlan(*plan); !s.ok()) return ReportError(s.WithContext("plan check"));
+  }
+  if (!args.output.empty()) {
+    std::string bytes;
+    EncodePlan(*plan, &bytes);
+    std::ofstream out(args.output, std::ios::binary);
+    out << bytes;
+    if (!out) return ReportError(Status::NotFound(fmt::format("cannot write '{}'", args.output)));
+  }
+  if (args.dump) fmt::print("{}", DumpPlan(*plan));
+
+  std::vector<int64_t> peak;
+  for (size_t d = 0; d < plan->forward.size(); ++d) {
+    peak.push_back(
+        std::max(plan->forward[d].PeakBufferBytes(), plan->backward[d].PeakBufferBytes()));
+  }
+  const nlohmann::json fwd = PassJson(*plan, *blocks, placed->placement, Pass::kForward);
+  const nlohmann::json bwd = PassJson(*plan, *blocks, placed->placement, Pass::kBackward);
+  if (args.json) {
+    const nlohmann::json j = {{"planning_ms",
+                               {{"total", ms.total()},
+                                {"blocking", ms.blocking},
+                                {"placement", ms.placement},
+                                {"scheduling", ms.scheduling},
+                                {"compile", ms.compile}}},
+                              {"fwd", fwd},
+                              {"bwd", bwd},
+                              {"memory_imbalance", placed->report.memory_imbalance},
+                              {"balanced", placed->balanced},
+                              {"n_divisions", plan->n_divisions},
+                              {"peak_buffer_bytes", peak},
+                              {"checked", args.check},
+                              {"topology", topology->ToString()},
+                              {"block_size", blocks->block_size},
+                              {"seed", batch_args.seed}};
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  constexpr double kMiB = 1 << 20;
+  fmt::print(
+      "planning: {:.1f} ms total = blocking {:.1f} + placement {:.1f} + scheduling {:.1f} + "
+      "compile {:.1f}\n",
+      ms.total(), ms.blocking, ms.placement, ms.scheduling, ms.compile);
+  for (const auto& [name, j] : {std::pair{"forward", &fwd}, std::pair{"backward", &bwd}}) {
+    fmt::print(
+        "{:>8}: {:.1f} MiB inter-node (busiest device {:.1f}), {:.1f} MiB intra-node, "
+        "compute imbalance {:.3f}\n",
+        name, (*j)["bytes_inter_node"].get<double>() / kMiB,
+        (*j)["max_device_bytes_inter_node"].get<double>() / kMiB,
+        (*j)["bytes_intra_node"].get<double>() / kMiB, (*j)["compute_imbalance"].get<double>());
+  }
+  fmt::print(
+      "memory imbalance {:.3f}{}, {} divisions, peak buffers per device {:.1f}-{:.1f} MiB{}\n",
+      placed->report.memory_imbalance, placed->balanced ? "" : " (NOT within the tolerances)",
+      plan->n_divisions, static_cast<double>(*std::min_element(peak.begin(), peak.end())) / kMiB,
+      static_cast<double>(*std::max_element(peak.begin(), peak.end())) / kMiB,
+      args.check ? ", plan checked" : "");
+  return 0;
+}
+
+}  // namespace
+
+CommandRunner AddPlanCommand(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "Block, place, schedule and compile a batch into per-device programs");
+  auto batch_args = std::make_shared<BatchArgs>();
+  auto args = std::make_shared<PlanArgs>();
+  AddBatchOptions(*cmd, *batch_args);
+  AddPlacementOptions(*cmd, args->placement);
+  cmd->add_option("--divisions", args->divisions, "Number of divisions, or 'auto'")
+      ->capture_default_str();
+  cmd->add_option("-o,--output", args->output, "Write the plan to this file");
+  cmd->add_flag("--check", args->check, "Validate the plan symbolically");
+  cmd->add_flag("--dump", args->dump, "Print every program");
+  cmd->add_flag("--json", args->json, "Print one JSON object");
+  return [cmd, batch_args, args]() -> int {
+    if (!cmd->parsed()) return 0;
+    return Run(*batch_args, *args);
+  };
+}
+
+}  // namespace dcp::cli

@@ -1,0 +1,382 @@
+// SPDX-License-Identifier: Apache-2.0
+// The compiler: Placement + Schedule -> one forward and one backward Program per device.
+//
+// Every device's program has the same skeleton, so communication ids line up across devices:
+//   division 0: launch A1; attention(0); wait A1; launch B1
+//   division t: wait Bt; launch A(t+1); attention(t); wait A(t+1); launch B(t+1)
+//   outputs:    send partial results to their owners; wait; reduce into the outputs
+// A(t) carries the phase-0 transfers of division t (owners and relays that already hold the
+// data), B(t) the phase-1 ones (relays forwarding what they received in A(t)). Launch ids: A(t) is
+// 2t - 1, B(t) is 2t, the output exchange 2n - 1 for n divisions.
+#include <algorithm>
+#include <map>
+
+#include "dcp/plan.h"
+#include "plan/program_builder.h"
+
+namespace dcp {
+namespace {
+
+using internal::ProgramBuilder;
+
+int32_t LaunchA(int32_t division) { return 2 * division - 1; }
+int32_t LaunchB(int32_t division) { return 2 * division; }
+int32_t LaunchOutputs(int32_t n_divisions) { return 2 * n_divisions - 1; }
+
+// Slot types of one piece (block_size tokens, one head group).
+class SlotTypes {
+ public:
+  SlotTypes(const AttentionShape& shape, int64_t block_size, int64_t head_groups)
+      : storage_(shape.dtype),
+        tokens_(block_size),
+        q_elems_(shape.heads / head_groups * shape.head_dim),
+        kv_elems_(2 * shape.kv_heads / head_groups * shape.head_dim),
+        heads_(shape.heads / head_groups) {}
+
+  SlotInfo Of(TensorKind kind, bool accumulator = false) const {
+    const DType dtype = accumulator ? DType::kFloat32 : storage_;
+    switch (kind) {
+      case TensorKind::kQ:
+      case TensorKind::kO:
+      case TensorKind::kDO:
+      case TensorKind::kDQ:
+        return Make(kind, dtype, q_elems_);
+      case TensorKind::kKV:
+      case TensorKind::kDKV:
+        return Make(kind, dtype, kv_elems_);
+      case TensorKind::kLse:
+      case TensorKind::kDelta:
+        return Make(kind, DType::kFloat32, heads_);
+    }
+    return {};
+  }
+
+ private:
+  SlotInfo Make(TensorKind kind, DType dtype, int64_t elems) const {
+    return SlotInfo{
+        .kind = kind, .dtype = dtype, .bytes = tokens_ * elems * BytesPerElement(dtype)};
+  }
+  DType storage_;
+  int64_t tokens_, q_elems_, kv_elems_, heads_;
+};
+
+// The mask of a tile in tile coordinates.
+std::vector<Slice> TileSlices(const Mask& mask, const DataBlock& q, const DataBlock& kv) {
+  std::vector<Slice> out;
+  const int64_t q0 = q.token_begin, k0 = kv.token_begin;
+  for (const Slice& s : mask.slices()) {
+    const int64_t begin = std::max(s.row_begin, q0), end = std::min(s.row_end, q0 + q.tokens);
+    if (begin >= end) continue;
+    const Slice local{.row_begin = begin - q0,
+                      .row_end = end - q0,
+                      .lo = {.base = s.lo.base + s.lo.slope * q0 - k0, .slope = s.lo.slope},
+                      .hi = {.base = s.hi.base + s.hi.slope * q0 - k0, .slope = s.hi.slope}};
+    if (SliceArea(local, 0, q.tokens, 0, kv.tokens) > 0) out.push_back(local);
+  }
+  return out;
+}
+
+// The tensors that travel for one side of a tile, in the order they are packed.
+std::vector<TensorKind> SideTensors(Pass pass, Side side) {
+  if (side == Side::kColumn) return {TensorKind::kKV};
+  if (pass == Pass::kForward) return {TensorKind::kQ};
+  return {TensorKind::kQ, TensorKind::kDO, TensorKind::kLse, TensorKind::kDelta};
+}
+
+class Compiler {
+ public:
+  Compiler(const Batch& batch, const BlockSet& blocks, const Placement& placement,
+           const Schedule& schedule, const Topology& topology)
+      : batch_(batch),
+        blocks_(blocks),
+        placement_(placement),
+        schedule_(schedule),
+        topology_(topology),
+        types_(blocks.shape, blocks.block_size, blocks.head_groups) {
+    tiles_.resize(topology.devices() * static_cast<size_t>(schedule.n_divisions));
+    for (int32_t c = 0; c < static_cast<int32_t>(blocks.compute_blocks.size()); ++c) {
+      tiles_[Index(placement.compute_device[c].value, schedule.compute_division[c])].push_back(c);
+    }
+  }
+
+  Program Build(DeviceId device, Pass pass) const;
+
+ private:
+  struct Key {  // a piece's tensor on this device
+    int32_t block, head_group;
+    TensorKind kind;
+    friend auto operator<=>(const Key&, const Key&) = default;
+  };
+  struct State {
+    ProgramBuilder builder;
+    std::map<Key, SlotId> have;         // inputs present (or arriving) on the device
+    std::map<Key, SlotId> accumulator;  // partial results computed here
+  };
+
+  size_t Index(int32_t device, int32_t division) const {
+    return static_cast<size_t>(device) * schedule_.n_divisions + division;
+  }
+  int32_t Owner(DataBlockId b) const { return placement_.data_device[b.value].value; }
+
+  void AddInputs(State& st, DeviceId device, Pass pass) const;
+  void Exchange(State& st, DeviceId device, Pass pass, int32_t division, int32_t phase) const;
+  void Compute(State& st, DeviceId device, Pass pass, int32_t division) const;
+  SlotId Accumulator(State& st, BlockwiseReduction& init, Key key) const;
+  void ReduceOutputs(State& st, DeviceId device, Pass pass) const;
+  std::vector<Key> PartialKeys(int32_t device, Pass pass) const;
+
+  const Batch& batch_;
+  const BlockSet& blocks_;
+  const Placement& placement_;
+  const Schedule& schedule_;
+  const Topology& topology_;
+  SlotTypes types_;
+  std::vector<std::vector<int32_t>> tiles_;  // per (device, division): compute blocks
+};
+
+void Compiler::AddInputs(State& st, DeviceId device, Pass pass) const {
+  const std::vector<TensorKind> kinds =
+      pass == Pass::kForward
+          ? std::vector<TensorKind>{TensorKind::kQ, TensorKind::kKV}
+          : std::vector<TensorKind>{TensorKind::kQ, TensorKind::kKV, TensorKind::kO,
+                                    TensorKind::kLse, TensorKind::kDO};
+  BlockwiseReduction deltas{.kind = ReductionKind::kDelta, .ops = {}};
+  for (int32_t b = 0; b < static_cast<int32_t>(blocks_.data_blocks.size()); ++b) {
+    if (Owner(DataBlockId{b}) != device.value) continue;
+    for (int32_t g = 0; g < blocks_.head_groups; ++g) {
+      for (TensorKind kind : kinds) {
+        const SlotId slot = st.builder.NewBuffer(types_.Of(kind));
+        st.builder.AddInput(kind, Piece{DataBlockId{b}, g}, slot);
+        st.have[{b, g, kind}] = slot;
+      }
+      if (pass == Pass::kBackward) {
+        const SlotId delta = st.builder.NewBuffer(types_.Of(TensorKind::kDelta));
+        deltas.ops.push_back(ReductionOp{
+            .destination = delta,
+            .sources = {st.have[{b, g, TensorKind::kO}], st.have[{b, g, TensorKind::kDO}]}});
+        st.have[{b, g, TensorKind::kDelta}] = delta;
+      }
+    }
+  }
+  if (!deltas.ops.empty()) st.builder.Emit(std::move(deltas));
+}
+
+// Launches the exchange of one division and phase: sends what this device holds, receives into
+// new buffers. Lists are built from the schedule's sorted transfers, so both ends agree on order.
+void Compiler::Exchange(State& st, DeviceId device, Pass pass, int32_t division,
+                        int32_t phase) const {
+  CommLaunch launch{
+      .id = phase == 0 ? LaunchA(division) : LaunchB(division), .sends = {}, .recvs = {}};
+  std::map<int32_t, std::vector<SlotId>> sends, recvs;
+  for (const Transfer& t : schedule_.transfers) {
+    if (t.division != division || t.phase != phase) continue;
+    if (t.source != device && t.destination != device) continue;
+    for (TensorKind kind : SideTensors(pass, t.side)) {
+      const Key key{t.block.value, t.head_group, kind};
+      if (t.source == device) {
+        sends[t.destination.value].push_back(st.have.at(key));
+      } else {
+        const SlotId slot = st.builder.NewBuffer(types_.Of(kind));
+        recvs[t.source.value].push_back(slot);
+        st.have[key] = slot;
+      }
+    }
+  }
+  for (auto& [peer, slots] : sends) launch.sends.push_back({DeviceId{peer}, std::move(slots)});
+  for (auto& [peer, slots] : recvs) launch.recvs.push_back({DeviceId{peer}, std::move(slots)});
+  st.builder.Emit(std::move(launch));
+}
+
+SlotId Compiler::Accumulator(State& st, BlockwiseReduction& init, Key key) const {
+  auto [it, inserted] = st.accumulator.emplace(key, -1);
+  if (!inserted) return it->second;
+  it->second = st.builder.NewBuffer(types_.Of(key.kind, /*accumulator=*/true));
+  if (key.kind == TensorKind::kO) {
+    const SlotId lse = st.builder.NewBuffer(types_.Of(TensorKind::kLse));
+    st.accumulator[{key.block, key.head_group, TensorKind::kLse}] = lse;
+    init.ops.push_back(ReductionOp{
+        .destination = it->second, .sources = {}, .lse_destination = lse, .lse_sources = {}});
+  } else {
+    init.ops.push_back(ReductionOp{.destination = it->second, .sources = {}});
+  }
+  return it->second;
+}
+
+// Initialises the division's new accumulators, then runs all its tiles in one call.
+void Compiler::Compute(State& st, DeviceId device, Pass pass, int32_t division) const {
+  BlockwiseReduction init_lse{.kind = ReductionKind::kLseMerge, .ops = {}};
+  BlockwiseReduction init_sum{.kind = ReductionKind::kSum, .ops = {}};
+  BlockwiseAttention attention{.pass = pass, .division = division, .tiles = {}};
+  for (int32_t c : tiles_[Index(device.value, division)]) {
+    const ComputeBlock& cb = blocks_.compute_blocks[c];
+    const int32_t q = cb.q_block.value, kv = cb.kv_block.value, g = cb.head_group;
+    AttentionTile tile{.block = ComputeBlockId{c},
+                       .q = st.have.at({q, g, TensorKind::kQ}),
+                       .kv = st.have.at({kv, g, TensorKind::kKV}),
+                       .slices = TileSlices(batch_.masks()[cb.sequence.value],
+                                            blocks_.data_blocks[q], blocks_.data_blocks[kv])};
+    if (pass == Pass::kForward) {
+      tile.out = Accumulator(st, init_lse, {q, g, TensorKind::kO});
+      tile.lse = st.accumulator.at({q, g, TensorKind::kLse});
+    } else {
+      tile.d_o = st.have.at({q, g, TensorKind::kDO});
+      tile.lse = st.have.at({q, g, TensorKind::kLse});
+      tile.delta = st.have.at({q, g, TensorKind::kDelta});
+      tile.dq = Accumulator(st, init_sum, {q, g, TensorKind::kDQ});
+      tile.dkv = Accumulator(st, init_sum, {kv, g, TensorKind::kDKV});
+    }
+    attention.tiles.push_back(std::move(tile));
+  }
+  if (!init_lse.ops.empty()) st.builder.Emit(std::move(init_lse));
+  if (!init_sum.ops.empty()) st.builder.Emit(std::move(init_sum));
+  if (!attention.tiles.empty()) st.builder.Emit(std::move(attention));
+}
+
+// The partial results a device computes for pieces it does not own, in the order it sends them
+// (the order of its accumulator map).
+std::vector<Compiler::Key> Compiler::PartialKeys(int32_t device, Pass pass) const {
+  std::vector<Key> keys;
+  for (int32_t t = 0; t < schedule_.n_divisions; ++t) {
+    for (int32_t c : tiles_[Index(device, t)]) {
+      const ComputeBlock& cb = blocks_.compute_blocks[c];
+      if (pass == Pass::kForward) {
+        keys.push_back({cb.q_block.value, cb.head_group, TensorKind::kO});
+      } else {
+        keys.push_back({cb.q_block.value, cb.head_group, TensorKind::kDQ});
+        keys.push_back({cb.kv_block.value, cb.head_group, TensorKind::kDKV});
+      }
+    }
+  }
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  std::erase_if(keys, [&](const Key& k) { return Owner(DataBlockId{k.block}) == device; });
+  return keys;
+}
+
+// Sends partial results to their owners (in the storage dtype; LSE in fp32) and reduces every
+// owned piece's contributions into its output, in fp32.
+void Compiler::ReduceOutputs(State& st, DeviceId device, Pass pass) const {
+  const std::vector<TensorKind> results =
+      pass == Pass::kForward ? std::vector<TensorKind>{TensorKind::kO}
+                             : std::vector<TensorKind>{TensorKind::kDQ, TensorKind::kDKV};
+  const auto owner_of = [&](const Key& key) { return Owner(DataBlockId{key.block}); };
+  BlockwiseCopy convert;
+  std::map<int32_t, std::vector<SlotId>> sends;
+  for (const auto& [key, slot] : st.accumulator) {
+    if (key.kind == TensorKind::kLse || owner_of(key) == device.value) continue;
+    const SlotId packed = st.builder.NewBuffer(types_.Of(key.kind));
+    convert.ops.emplace_back(slot, packed);
+    sends[owner_of(key)].push_back(packed);
+    if (key.kind == TensorKind::kO) {
+      sends[owner_of(key)].push_back(
+          st.accumulator.at({key.block, key.head_group, TensorKind::kLse}));
+    }
+  }
+  if (!convert.ops.empty()) st.builder.Emit(std::move(convert));
+
+  // What every other device sends here, in the order it packs it (its accumulator map order).
+  struct Partial {
+    SlotId value, lse;
+  };
+  std::map<std::pair<int32_t, int32_t>, std::map<TensorKind, std::vector<Partial>>> received;
+  CommLaunch launch{.id = LaunchOutputs(schedule_.n_divisions), .sends = {}, .recvs = {}};
+  for (int32_t peer = 0; peer < topology_.devices(); ++peer) {
+    if (peer == device.value) continue;
+    std::vector<SlotId> slots;
+    for (const Key& key : PartialKeys(peer, pass)) {
+      if (owner_of(key) != device.value) continue;
+      Partial p{st.builder.NewBuffer(types_.Of(key.kind)), -1};
+      slots.push_back(p.value);
+      if (key.kind == TensorKind::kO) {
+        p.lse = st.builder.NewBuffer(types_.Of(TensorKind::kLse));
+        slots.push_back(p.lse);
+      }
+      received[{key.block, key.head_group}][key.kind].push_back(p);
+    }
+    if (!slots.empty()) launch.recvs.push_back({DeviceId{peer}, std::move(slots)});
+  }
+  for (auto& [peer, slots] : sends) launch.sends.push_back({DeviceId{peer}, std::move(slots)});
+  st.builder.Emit(std::move(launch));
+  st.builder.Emit(CommWait{.id = LaunchOutputs(schedule_.n_divisions)});
+
+  BlockwiseReduction merge{.kind = ReductionKind::kLseMerge, .ops = {}};
+  BlockwiseReduction sum{.kind = ReductionKind::kSum, .ops = {}};
+  for (int32_t b = 0; b < static_cast<int32_t>(blocks_.data_blocks.size()); ++b) {
+    if (Owner(DataBlockId{b}) != device.value) continue;
+    for (int32_t g = 0; g < blocks_.head_groups; ++g) {
+      for (TensorKind kind : results) {
+        ReductionOp op{.destination = st.builder.NewBuffer(types_.Of(kind))};
+        st.builder.AddOutput(kind, Piece{DataBlockId{b}, g}, op.destination);
+        if (auto it = st.accumulator.find({b, g, kind}); it != st.accumulator.end()) {
+          op.sources.push_back(it->second);
+          if (kind == TensorKind::kO)
+            op.lse_sources.push_back(st.accumulator.at({b, g, TensorKind::kLse}));
+        }
+        for (const Partial& p : received[{b, g}][kind]) {
+          op.sources.push_back(p.value);
+          if (kind == TensorKind::kO) op.lse_sources.push_back(p.lse);
+        }
+        if (kind == TensorKind::kO) {
+          op.lse_destination = st.builder.NewBuffer(types_.Of(TensorKind::kLse));
+          st.builder.AddOutput(TensorKind::kLse, Piece{DataBlockId{b}, g}, op.lse_destination);
+          merge.ops.push_back(std::move(op));
+        } else {
+          sum.ops.push_back(std::move(op));
+        }
+      }
+    }
+  }
+  if (!merge.ops.empty()) st.builder.Emit(std::move(merge));
+  if (!sum.ops.empty()) st.builder.Emit(std::move(sum));
+}
+
+Program Compiler::Build(DeviceId device, Pass pass) const {
+  State st{ProgramBuilder(device, pass), {}, {}};
+  AddInputs(st, device, pass);
+  const int32_t n = schedule_.n_divisions;
+  for (int32_t t = 0; t < n; ++t) {
+    if (t > 0) st.builder.Emit(CommWait{.id = LaunchB(t)});
+    if (t + 1 < n) Exchange(st, device, pass, t + 1, 0);
+    Compute(st, device, pass, t);
+    if (t + 1 < n) {
+      st.builder.Emit(CommWait{.id = LaunchA(t + 1)});
+      Exchange(st, device, pass, t + 1, 1);
+    }
+  }
+  ReduceOutputs(st, device, pass);
+  return st.builder.Finish();
+}
+
+}  // namespace
+
+Result<Plan> CompilePlan(const Batch& batch, const BlockSet& blocks, const Placement& placement,
+                         const Schedule& schedule, const Topology& topology) {
+  DCP_RETURN_IF_ERROR(topology.Validate());
+  if (placement.data_device.size() != blocks.data_blocks.size() ||
+      placement.compute_device.size() != blocks.compute_blocks.size() ||
+      schedule.compute_division.size() != blocks.compute_blocks.size() ||
+      batch.seqlens().size() + 1 != blocks.sequence_first_block.size()) {
+    return Status::InvalidArgument("placement, schedule and blocks do not belong together");
+  }
+  Plan plan{.topology = topology,
+            .shape = blocks.shape,
+            .block_size = blocks.block_size,
+            .head_groups = blocks.head_groups,
+            .seqlens = batch.seqlens(),
+            .n_divisions = schedule.n_divisions};
+  for (const DataBlock& d : blocks.data_blocks) {
+    plan.blocks.push_back({d.sequence, d.token_begin, d.tokens});
+  }
+  plan.block_owner = placement.data_device;
+  for (const ComputeBlock& c : blocks.compute_blocks) {
+    plan.compute_blocks.push_back({c.q_block, c.kv_block, c.head_group, c.area});
+  }
+  const Compiler compiler(batch, blocks, placement, schedule, topology);
+  for (int32_t d = 0; d < topology.devices(); ++d) {
+    plan.forward.push_back(compiler.Build(DeviceId{d}, Pass::kForward));
+    plan.backward.push_back(compiler.Build(DeviceId{d}, Pass::kBackward));
+  }
+  return plan;
+}
+
+}  // namespace dcp

@@ -1,0 +1,785 @@
+// SPDX-License-Identifier: Apache-2.0
+// The binary plan format, byte for byte as docs/plan_format.md specifies it: a 28-byte header
+// (magic, version, payload length, XXH64 of the payload) and a payload that lists the plan's
+// tables, then its programs, field by field in little-endian order.
+//
+// The decoder trusts nothing in the file. Every count is checked against the bytes left before
+// anything is allocated, every enum code against its known values, and every id against the
+// table it indexes, so a decoded Plan is safe to index everywhere (its semantics are
+// ValidatePlan's business). Errors name the offending value and where it sits, built up on the
+// way out: "plan: forward program 3: instruction 17: attention: tile 2: q slot 99 out of range
+// (12 slots)".
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "dcp/plan.h"
+#include "plan/plan_format_internal.h"
+
+namespace dcp {
+namespace internal {
+namespace {
+
+constexpr uint64_t kPrime1 = 0x9E3779B185EBCA87ULL;
+constexpr uint64_t kPrime2 = 0xC2B2AE3D27D4EB4FULL;
+constexpr uint64_t kPrime3 = 0x165667B19E3779F9ULL;
+constexpr uint64_t kPrime4 = 0x85EBCA77C2B2AE63ULL;
+constexpr uint64_t kPrime5 = 0x27D4EB2F165667C5ULL;
+
+// Little-endian load of `bytes` bytes, whatever the host's byte order.
+uint64_t LoadLittleEndian(const unsigned char* p, size_t bytes) {
+  uint64_t v = 0;
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(&v, p, bytes);
+  } else {
+    for (size_t i = 0; i < bytes; ++i) v |= uint64_t{p[i]} << (8 * i);
+  }
+  return v;
+}
+
+uint64_t Round(uint64_t acc, uint64_t lane) {
+  return std::rotl(acc + lane * kPrime2, 31) * kPrime1;
+}
+
+uint64_t MergeAccumulator(uint64_t acc, uint64_t lane_acc) {
+  return (acc ^ Round(0, lane_acc)) * kPrime1 + kPrime4;
+}
+
+}  // namespace
+
+uint64_t PlanChecksum(std::string_view payload) {
+  const auto* p = reinterpret_cast<const unsigned char*>(payload.data());
+  const size_t n = payload.size();
+  size_t i = 0;
+  uint64_t acc = kPrime5;
+  if (n >= 32) {
+    uint64_t a1 = kPrime1 + kPrime2, a2 = kPrime2, a3 = 0, a4 = 0 - kPrime1;
+    for (; i + 32 <= n; i += 32) {
+      a1 = Round(a1, LoadLittleEndian(p + i, 8));
+      a2 = Round(a2, LoadLittleEndian(p + i + 8, 8));
+      a3 = Round(a3, LoadLittleEndian(p + i + 16, 8));
+      a4 = Round(a4, LoadLittleEndian(p + i + 24, 8));
+    }
+    acc = std::rotl(a1, 1) + std::rotl(a2, 7) + std::rotl(a3, 12) + std::rotl(a4, 18);
+    for (uint64_t a : {a1, a2, a3, a4}) acc = MergeAccumulator(acc, a);
+  }
+  acc += n;
+  for (; i + 8 <= n; i += 8) {
+    acc ^= Round(0, LoadLittleEndian(p + i, 8));
+    acc = std::rotl(acc, 27) * kPrime1 + kPrime4;
+  }
+  if (i + 4 <= n) {
+    acc ^= LoadLittleEndian(p + i, 4) * kPrime1;
+    acc = std::rotl(acc, 23) * kPrime2 + kPrime3;
+    i += 4;
+  }
+  for (; i < n; ++i) {
+    acc ^= uint64_t{p[i]} * kPrime5;
+    acc = std::rotl(acc, 11) * kPrime1;
+  }
+  acc = (acc ^ (acc >> 33)) * kPrime2;
+  acc = (acc ^ (acc >> 29)) * kPrime3;
+  return acc ^ (acc >> 32);
+}
+
+}  // namespace internal
+
+namespace {
+
+using internal::kPlanHeaderBytes;
+
+// Bounds the format puts on values (docs/plan_format.md, "Checks").
+constexpr int32_t kMaxDevices = 256;                                  // Topology::Validate's bound
+constexpr int64_t kMaxSliceBase = 2 * kMaxSequenceLength;             // |base| of a tile's slice
+constexpr int64_t kMaxSlotBytes = int64_t{1} << 40;                   // one slot's capacity
+constexpr uint32_t kMaxCount = std::numeric_limits<uint32_t>::max();  // counts are uint32
+
+// Fewest bytes one element of each list takes, to bound a count by the bytes left.
+constexpr size_t kMinSeqlenBytes = 8;
+constexpr size_t kMinBlockBytes = 20;
+constexpr size_t kMinOwnerBytes = 4;
+constexpr size_t kMinComputeBlockBytes = 20;
+constexpr size_t kMinProgramBytes = 21;
+constexpr size_t kMinSlotInfoBytes = 10;
+constexpr size_t kMinBindingBytes = 13;
+constexpr size_t kMinInstructionBytes = 5;
+constexpr size_t kMinTileBytes = 40;
+constexpr size_t kMinSliceBytes = 34;
+constexpr size_t kMinReductionOpBytes = 16;
+constexpr size_t kMinCopyOpBytes = 8;
+constexpr size_t kMinPeerSlotsBytes = 8;
+constexpr size_t kMinSlotIdBytes = 4;
+
+// Instruction tags are the variant's alternative indices; a new alternative is a new version.
+static_assert(std::variant_size_v<Instruction> == 5, "update docs/plan_format.md and the codec");
+constexpr uint8_t kInstructionTags = 5;
+
+// Codes of DType, which has no fixed underlying values of its own.
+uint8_t DTypeCode(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return 0;
+    case DType::kBFloat16:
+      return 1;
+  }
+  DCP_CHECK(false, "unknown DType {}", static_cast<int>(dtype));
+  return 0;
+}
+
+std::string_view PassName(Pass pass) { return pass == Pass::kForward ? "forward" : "backward"; }
+
+// Returns `status` with "<context>: " in front; the context is formatted only on error.
+template <typename... Args>
+Status Within(Status status, fmt::format_string<Args...> context, Args&&... args) {
+  if (status.ok()) return status;
+  return status.WithContext(fmt::format(context, std::forward<Args>(args)...));
+}
+
+// A check that fails with Corrupt; the message is formatted only on failure.
+template <typename... Args>
+Status Require(bool condition, fmt::format_string<Args...> message, Args&&... args) {
+  if (condition) return Status::Ok();
+  return Status::Corrupt(fmt::format(message, std::forward<Args>(args)...));
+}
+
+// A Validate() failure of a decoded struct is damage to the file, not a caller's mistake.
+Status AsCorrupt(const Status& status) {
+  return status.ok() ? status : Status::Corrupt(status.message());
+}
+
+Status CheckIndex(int64_t value, size_t size, std::string_view noun) {
+  return Require(value >= 0 && static_cast<uint64_t>(value) < size, "{} {} out of range ({} {}s)",
+                 noun, value, size, noun);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writer and Reader
+
+// Appends to `out`, or with no `out` only counts the bytes it would append (to size the output
+// before writing it: a large plan then grows its string once).
+class Writer {
+ public:
+  explicit Writer(std::string* out) : out_(out) {}
+
+  size_t bytes_written() const { return bytes_written_; }
+
+  template <typename... T>
+  void Write(T... values) {
+    char bytes[(sizeof(T) + ...)];
+    bytes_written_ += sizeof(bytes);
+    if (out_ == nullptr) return;
+    char* at = bytes;
+    ((at = Put(values, at)), ...);
+    out_->append(bytes, sizeof(bytes));
+  }
+  void Count(size_t n) {
+    DCP_CHECK(n <= kMaxCount, "a list of {} elements does not fit the format's uint32 count", n);
+    Write(static_cast<uint32_t>(n));
+  }
+  template <typename T, typename F>
+  void List(const std::vector<T>& list, F&& encode_one) {
+    Count(list.size());
+    for (const T& element : list) encode_one(element);
+  }
+
+ private:
+  // Stores `value` little-endian at `at`; returns the byte after it.
+  template <typename T>
+  static char* Put(T value, char* at) {
+    static_assert(std::is_integral_v<T>);
+    const uint64_t v = static_cast<std::make_unsigned_t<T>>(value);
+    for (size_t i = 0; i < sizeof(T); ++i) at[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+    return at + sizeof(T);
+  }
+
+  std::string* out_;
+  size_t bytes_written_ = 0;
+};
+
+class Reader {
+ public:
+  // `data` starts at byte `base_offset` of the file; offsets in errors are file offsets.
+  Reader(std::string_view data, size_t base_offset) : data_(data), base_offset_(base_offset) {}
+
+  size_t remaining() const { return data_.size() - pos_; }
+  size_t offset() const { return base_offset_ + pos_; }
+
+  // Reads the integers in order, or fails if the bytes left do not hold all of them.
+  template <typename... T>
+  Status Read(T*... values) {
+    constexpr size_t bytes = (sizeof(T) + ...);
+    DCP_RETURN_IF_ERROR(Require(bytes <= remaining(),
+                                "truncated at byte {}: {} bytes needed, {} left", offset(), bytes,
+                                remaining()));
+    ((*values = Take<T>()), ...);
+    return Status::Ok();
+  }
+
+  // Reads a list's count and checks that the bytes left can hold that many elements.
+  Status Count(size_t min_element_bytes, std::string_view noun, uint32_t* n) {
+    const size_t at = offset();
+    DCP_RETURN_IF_ERROR(Read(n));
+    return Require(*n <= remaining() / min_element_bytes,
+                   "{} count {} at byte {} exceeds what the {} bytes left can hold", noun, *n, at,
+                   remaining());
+  }
+
+  // Reads a count and that many elements through decode_one(T*); errors get "<noun> <i>: ".
+  template <typename T, typename F>
+  Status List(size_t min_element_bytes, std::string_view noun, std::vector<T>* list,
+              F&& decode_one) {
+    uint32_t n = 0;
+    DCP_RETURN_IF_ERROR(Count(min_element_bytes, noun, &n));
+    list->resize(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      DCP_RETURN_IF_ERROR(Within(decode_one(&(*list)[i]), "{} {}", noun, i));
+    }
+    return Status::Ok();
+  }
+
+  // Reads an enum stored as one byte whose codes are 0 .. last.
+  template <typename E>
+  Status Enum(E last, std::string_view noun, E* value) {
+    uint8_t code = 0;
+    DCP_RETURN_IF_ERROR(Read(&code));
+    const auto max_code = static_cast<uint8_t>(last);
+    DCP_RETURN_IF_ERROR(
+        Require(code <= max_code, "{} code {} is not in [0, {}]", noun, code, max_code));
+    *value = static_cast<E>(code);
+    return Status::Ok();
+  }
+
+ private:
+  template <typename T>
+  T Take() {
+    static_assert(std::is_integral_v<T>);
+    const uint64_t v = internal::LoadLittleEndian(
+        reinterpret_cast<const unsigned char*>(data_.data() + pos_), sizeof(T));
+    pos_ += sizeof(T);
+    return static_cast<T>(static_cast<std::make_unsigned_t<T>>(v));
+  }
+
+  std::string_view data_;
+  size_t base_offset_ = 0;
+  size_t pos_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Encoding: one function per struct, in the order of docs/plan_format.md.
+
+void Encode(Writer& w, const Slice& s) {
+  DCP_CHECK((s.lo.slope == 0 || s.lo.slope == 1) && (s.hi.slope == 0 || s.hi.slope == 1),
+            "slice slopes {} and {} must be 0 or 1", s.lo.slope, s.hi.slope);
+  w.Write(s.row_begin, s.row_end, s.lo.base, static_cast<uint8_t>(s.lo.slope), s.hi.base,
+          static_cast<uint8_t>(s.hi.slope));
+}
+
+void Encode(Writer& w, const AttentionTile& t) {
+  w.Write(t.block.value, t.q, t.kv, t.out, t.lse, t.d_o, t.delta, t.dq, t.dkv);
+  w.List(t.slices, [&](const Slice& s) { Encode(w, s); });
+}
+
+void EncodeSlots(Writer& w, const std::vector<SlotId>& slots) {
+  w.List(slots, [&](SlotId s) { w.Write(s); });
+}
+
+void Encode(Writer& w, const BlockwiseAttention& a) {
+  w.Write(static_cast<uint8_t>(a.pass), a.division);
+  w.List(a.tiles, [&](const AttentionTile& t) { Encode(w, t); });
+}
+
+void Encode(Writer& w, const ReductionOp& op) {
+  w.Write(op.destination);
+  EncodeSlots(w, op.sources);
+  w.Write(op.lse_destination);
+  EncodeSlots(w, op.lse_sources);
+}
+
+void Encode(Writer& w, const BlockwiseReduction& r) {
+  w.Write(static_cast<uint8_t>(r.kind));
+  w.List(r.ops, [&](const ReductionOp& op) { Encode(w, op); });
+}
+
+void Encode(Writer& w, const BlockwiseCopy& c) {
+  w.List(c.ops, [&](const std::pair<SlotId, SlotId>& op) { w.Write(op.first, op.second); });
+}
+
+void Encode(Writer& w, const PeerSlots& p) {
+  w.Write(p.peer.value);
+  EncodeSlots(w, p.slots);
+}
+
+void Encode(Writer& w, const CommLaunch& c) {
+  w.Write(c.id);
+  w.List(c.sends, [&](const PeerSlots& p) { Encode(w, p); });
+  w.List(c.recvs, [&](const PeerSlots& p) { Encode(w, p); });
+}
+
+void Encode(Writer& w, const CommWait& c) { w.Write(c.id); }
+
+void Encode(Writer& w, const Instruction& instruction) {
+  w.Write(static_cast<uint8_t>(instruction.index()));
+  std::visit([&](const auto& alternative) { Encode(w, alternative); }, instruction);
+}
+
+void Encode(Writer& w, const Binding& b) {
+  w.Write(static_cast<uint8_t>(b.kind), b.piece.block.value, b.piece.head_group, b.slot);
+}
+
+void Encode(Writer& w, const Program& p) {
+  w.Write(p.device.value, static_cast<uint8_t>(p.pass));
+  w.List(p.slots, [&](const SlotInfo& s) {
+    w.Write(static_cast<uint8_t>(s.kind), DTypeCode(s.dtype), s.bytes);
+  });
+  w.List(p.inputs, [&](const Binding& b) { Encode(w, b); });
+  w.List(p.outputs, [&](const Binding& b) { Encode(w, b); });
+  w.List(p.instructions, [&](const Instruction& i) { Encode(w, i); });
+}
+
+void EncodePayload(Writer& w, const Plan& plan) {
+  w.Write(plan.topology.nodes, plan.topology.devices_per_node);
+  w.Write(plan.shape.heads, plan.shape.kv_heads, plan.shape.head_dim, DTypeCode(plan.shape.dtype));
+  w.Write(plan.block_size, plan.head_groups);
+  w.List(plan.seqlens, [&](int64_t length) { w.Write(length); });
+  w.List(plan.blocks,
+         [&](const PlanBlock& b) { w.Write(b.sequence.value, b.token_begin, b.tokens); });
+  w.List(plan.block_owner, [&](DeviceId d) { w.Write(d.value); });
+  w.List(plan.compute_blocks, [&](const PlanComputeBlock& c) {
+    w.Write(c.q_block.value, c.kv_block.value, c.head_group, c.area);
+  });
+  w.Write(plan.n_divisions, plan.part_device);
+  w.List(plan.forward, [&](const Program& p) { Encode(w, p); });
+  w.List(plan.backward, [&](const Program& p) { Encode(w, p); });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoding: the same order, with the checks of docs/plan_format.md.
+
+// What the checks of one program's contents need: the plan's tables and the program's slots.
+struct ProgramScope {
+  const Plan& plan;
+  size_t slots = 0;
+};
+
+enum class SlotUse { kRequired, kOptional };  // kOptional: -1 means "no slot"
+
+// `field` names the slot field in errors ("q slot 99 out of range"); empty for list entries.
+Status CheckSlot(const ProgramScope& scope, SlotId slot, std::string_view field, SlotUse use) {
+  if (slot == -1 && use == SlotUse::kOptional) return Status::Ok();
+  return Require(slot >= 0 && static_cast<uint64_t>(slot) < scope.slots,
+                 "{}{}slot {} out of range ({} slots)", field, field.empty() ? "" : " ", slot,
+                 scope.slots);
+}
+
+Status DecodeSlots(Reader& r, const ProgramScope& scope, std::string_view noun,
+                   std::vector<SlotId>* slots) {
+  return r.List(kMinSlotIdBytes, noun, slots, [&](SlotId* slot) {
+    DCP_RETURN_IF_ERROR(r.Read(slot));
+    return CheckSlot(scope, *slot, "", SlotUse::kRequired);
+  });
+}
+
+Status DecodeDType(uint8_t code, DType* dtype) {
+  switch (code) {
+    case 0:
+      *dtype = DType::kFloat32;
+      return Status::Ok();
+    case 1:
+      *dtype = DType::kBFloat16;
+      return Status::Ok();
+  }
+  return Status::Corrupt(fmt::format("dtype code {} is not in [0, 1]", code));
+}
+
+Status CheckSliceBase(int64_t base, std::string_view side) {
+  return Require(base >= -kMaxSliceBase && base <= kMaxSliceBase, "{} base {} is not in [{}, {}]",
+                 side, base, -kMaxSliceBase, kMaxSliceBase);
+}
+
+// `rows`: tokens of the tile's q block; the slice's rows must lie inside the tile.
+Status Decode(Reader& r, int64_t rows, Slice* s) {
+  uint8_t lo_slope = 0, hi_slope = 0;
+  DCP_RETURN_IF_ERROR(
+      r.Read(&s->row_begin, &s->row_end, &s->lo.base, &lo_slope, &s->hi.base, &hi_slope));
+  s->lo.slope = lo_slope;
+  s->hi.slope = hi_slope;
+  DCP_RETURN_IF_ERROR(Require(0 <= s->row_begin && s->row_begin <= s->row_end && s->row_end <= rows,
+                              "rows [{}, {}) are not inside the tile's {} rows", s->row_begin,
+                              s->row_end, rows));
+  DCP_RETURN_IF_ERROR(Require(lo_slope <= 1 && hi_slope <= 1, "slopes {} and {} must be 0 or 1",
+                              lo_slope, hi_slope));
+  DCP_RETURN_IF_ERROR(CheckSliceBase(s->lo.base, "lo"));
+  return CheckSliceBase(s->hi.base, "hi");
+}
+
+// A tile's slots: the ones its pass reads or accumulates into are required, the others optional.
+Status CheckTileSlots(const ProgramScope& scope, Pass pass, const AttentionTile& t) {
+  const SlotUse forward = pass == Pass::kForward ? SlotUse::kRequired : SlotUse::kOptional;
+  const SlotUse backward = pass == Pass::kBackward ? SlotUse::kRequired : SlotUse::kOptional;
+  const struct {
+    std::string_view field;
+    SlotId slot;
+    SlotUse use;
+  } fields[] = {{"q", t.q, SlotUse::kRequired}, {"kv", t.kv, SlotUse::kRequired},
+                {"out", t.out, forward},        {"lse", t.lse, SlotUse::kRequired},
+                {"d_o", t.d_o, backward},       {"delta", t.delta, backward},
+                {"dq", t.dq, backward},         {"dkv", t.dkv, backward}};
+  for (const auto& f : fields) DCP_RETURN_IF_ERROR(CheckSlot(scope, f.slot, f.field, f.use));
+  return Status::Ok();
+}
+
+Status Decode(Reader& r, const ProgramScope& scope, Pass pass, AttentionTile* t) {
+  DCP_RETURN_IF_ERROR(r.Read(&t->block.value, &t->q, &t->kv, &t->out, &t->lse, &t->d_o, &t->delta,
+                             &t->dq, &t->dkv));
+  DCP_RETURN_IF_ERROR(
+      CheckIndex(t->block.value, scope.plan.compute_blocks.size(), "compute block"));
+  DCP_RETURN_IF_ERROR(CheckTileSlots(scope, pass, *t));
+  const DataBlockId q_block = scope.plan.compute_blocks[t->block.value].q_block;
+  const int64_t rows = scope.plan.blocks[q_block.value].tokens;
+  return r.List(kMinSliceBytes, "slice", &t->slices, [&](Slice* s) { return Decode(r, rows, s); });
+}
+
+Status Decode(Reader& r, const ProgramScope& scope, BlockwiseAttention* a) {
+  DCP_RETURN_IF_ERROR(r.Enum(Pass::kBackward, "pass", &a->pass));
+  DCP_RETURN_IF_ERROR(r.Read(&a->division));
+  DCP_RETURN_IF_ERROR(Require(a->division >= 0 && a->division < scope.plan.n_divisions,
+                              "division {} out of range ({} divisions)", a->division,
+                              scope.plan.n_divisions));
+  return r.List(kMinTileBytes, "tile", &a->tiles,
+                [&](AttentionTile* t) { return Decode(r, scope, a->pass, t); });
+}
+
+Status Decode(Reader& r, const ProgramScope& scope, ReductionKind kind, ReductionOp* op) {
+  const bool merge = kind == ReductionKind::kLseMerge;
+  DCP_RETURN_IF_ERROR(r.Read(&op->destination));
+  DCP_RETURN_IF_ERROR(CheckSlot(scope, op->destination, "destination", SlotUse::kRequired));
+  DCP_RETURN_IF_ERROR(DecodeSlots(r, scope, "source", &op->sources));
+  DCP_RETURN_IF_ERROR(r.Read(&op->lse_destination));
+  DCP_RETURN_IF_ERROR(CheckSlot(scope, op->lse_destination, "lse_destination",
+                                merge ? SlotUse::kRequired : SlotUse::kOptional));
+  DCP_RETURN_IF_ERROR(DecodeSlots(r, scope, "lse source", &op->lse_sources));
+  return Require(!merge || op->lse_sources.size() == op->sources.size(),
+                 "an LSE merge pairs its {} sources with {} lse sources", op->sources.size(),
+                 op->lse_sources.size());
+}
+
+Status Decode(Reader& r, const ProgramScope& scope, BlockwiseReduction* x) {
+  DCP_RETURN_IF_ERROR(r.Enum(ReductionKind::kDelta, "reduction kind", &x->kind));
+  return r.List(kMinReductionOpBytes, "op", &x->ops,
+                [&](ReductionOp* op) { return Decode(r, scope, x->kind, op); });
+}
+
+Status Decode(Reader& r, const ProgramScope& scope, BlockwiseCopy* c) {
+  return r.List(kMinCopyOpBytes, "op", &c->ops, [&](std::pair<SlotId, SlotId>* op) {
+    DCP_RETURN_IF_ERROR(r.Read(&op->first, &op->second));
+    DCP_RETURN_IF_ERROR(CheckSlot(scope, op->first, "source", SlotUse::kRequired));
+    return CheckSlot(scope, op->second, "destination", SlotUse::kRequired);
+  });
+}
+
+Status Decode(Reader& r, const ProgramScope& scope, PeerSlots* p) {
+  DCP_RETURN_IF_ERROR(r.Read(&p->peer.value));
+  DCP_RETURN_IF_ERROR(CheckIndex(p->peer.value, scope.plan.topology.devices(), "device"));
+  return DecodeSlots(r, scope, "entry", &p->slots);
+}
+
+Status Decode(Reader& r, const ProgramScope& scope, CommLaunch* c) {
+  DCP_RETURN_IF_ERROR(r.Read(&c->id));
+  const auto decode_peer = [&](PeerSlots* p) { return Decode(r, scope, p); };
+  DCP_RETURN_IF_ERROR(r.List(kMinPeerSlotsBytes, "send", &c->sends, decode_peer));
+  return r.List(kMinPeerSlotsBytes, "recv", &c->recvs, decode_peer);
+}
+
+Status Decode(Reader& r, const ProgramScope&, CommWait* c) { return r.Read(&c->id); }
+
+// Decodes the body of alternative I when `tag` is I, else tries the next alternative.
+template <size_t I = 0>
+Status DecodeAlternative(Reader& r, const ProgramScope& scope, uint8_t tag, Instruction* inst) {
+  if constexpr (I < std::variant_size_v<Instruction>) {
+    if (tag != I) return DecodeAlternative<I + 1>(r, scope, tag, inst);
+    return Decode(r, scope, &inst->emplace<I>());
+  } else {
+    return Status::Corrupt(fmt::format("tag {} is not in [0, {}]", tag, kInstructionTags - 1));
+  }
+}
+
+constexpr std::string_view kInstructionNames[kInstructionTags] = {"attention", "reduction", "copy",
+                                                                  "comm launch", "comm wait"};
+
+Status Decode(Reader& r, const ProgramScope& scope, Instruction* inst) {
+  uint8_t tag = 0;
+  DCP_RETURN_IF_ERROR(r.Read(&tag));
+  Status status = DecodeAlternative(r, scope, tag, inst);
+  if (status.ok() || tag >= kInstructionTags) return status;
+  return status.WithContext(kInstructionNames[tag]);
+}
+
+Status Decode(Reader& r, const ProgramScope& scope, Binding* b) {
+  DCP_RETURN_IF_ERROR(r.Enum(TensorKind::kDKV, "tensor kind", &b->kind));
+  DCP_RETURN_IF_ERROR(r.Read(&b->piece.block.value, &b->piece.head_group, &b->slot));
+  DCP_RETURN_IF_ERROR(CheckIndex(b->piece.block.value, scope.plan.blocks.size(), "data block"));
+  DCP_RETURN_IF_ERROR(
+      CheckIndex(b->piece.head_group, static_cast<size_t>(scope.plan.head_groups), "head group"));
+  return CheckSlot(scope, b->slot, "", SlotUse::kRequired);
+}
+
+Status Decode(Reader& r, SlotInfo* s) {
+  uint8_t dtype = 0;
+  DCP_RETURN_IF_ERROR(r.Enum(TensorKind::kDKV, "tensor kind", &s->kind));
+  DCP_RETURN_IF_ERROR(r.Read(&dtype, &s->bytes));
+  DCP_RETURN_IF_ERROR(DecodeDType(dtype, &s->dtype));
+  return Require(s->bytes >= 0 && s->bytes <= kMaxSlotBytes, "{} bytes are not in [0, {}]",
+                 s->bytes, kMaxSlotBytes);
+}
+
+// `device` and `pass`: what the program's position in the file says it must be.
+Status Decode(Reader& r, const Plan& plan, DeviceId device, Pass pass, Program* p) {
+  DCP_RETURN_IF_ERROR(r.Read(&p->device.value));
+  DCP_RETURN_IF_ERROR(r.Enum(Pass::kBackward, "pass", &p->pass));
+  DCP_RETURN_IF_ERROR(Require(p->device == device, "holds device {} instead", p->device.value));
+  DCP_RETURN_IF_ERROR(Require(p->pass == pass, "holds a {} program", PassName(p->pass)));
+  DCP_RETURN_IF_ERROR(
+      r.List(kMinSlotInfoBytes, "slot", &p->slots, [&](SlotInfo* s) { return Decode(r, s); }));
+  const ProgramScope scope{plan, p->slots.size()};
+  const auto decode_binding = [&](Binding* b) { return Decode(r, scope, b); };
+  DCP_RETURN_IF_ERROR(r.List(kMinBindingBytes, "input", &p->inputs, decode_binding));
+  DCP_RETURN_IF_ERROR(r.List(kMinBindingBytes, "output", &p->outputs, decode_binding));
+  return r.List(kMinInstructionBytes, "instruction", &p->instructions,
+                [&](Instruction* i) { return Decode(r, scope, i); });
+}
+
+// One pass's programs: none, or one per device (a whole plan), or the part's device's only.
+Status DecodePrograms(Reader& r, const Plan& plan, Pass pass, std::vector<Program>* programs) {
+  const std::string_view name = PassName(pass);
+  uint32_t n = 0;
+  DCP_RETURN_IF_ERROR(Within(r.Count(kMinProgramBytes, "program", &n), "{} programs", name));
+  const bool part = plan.part_device >= 0;
+  const uint32_t expected = part ? 1 : static_cast<uint32_t>(plan.topology.devices());
+  DCP_RETURN_IF_ERROR(Require(n == 0 || n == expected, "{} programs: {} of them, expected 0 or {}",
+                              name, n, expected));
+  programs->resize(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    const DeviceId device{part ? plan.part_device : static_cast<int32_t>(i)};
+    DCP_RETURN_IF_ERROR(Within(Decode(r, plan, device, pass, &(*programs)[i]), "{} program {}",
+                               name, device.value));
+  }
+  return Status::Ok();
+}
+
+Status Decode(Reader& r, Topology* t) {
+  DCP_RETURN_IF_ERROR(r.Read(&t->nodes, &t->devices_per_node));
+  // Bounded before Validate(), which multiplies the two.
+  DCP_RETURN_IF_ERROR(Require(t->nodes >= 1 && t->nodes <= kMaxDevices &&
+                                  t->devices_per_node >= 1 && t->devices_per_node <= kMaxDevices,
+                              "{}x{} has a count outside [1, {}]", t->nodes, t->devices_per_node,
+                              kMaxDevices));
+  return AsCorrupt(t->Validate());
+}
+
+Status Decode(Reader& r, AttentionShape* s) {
+  uint8_t dtype = 0;
+  DCP_RETURN_IF_ERROR(r.Read(&s->heads, &s->kv_heads, &s->head_dim, &dtype));
+  DCP_RETURN_IF_ERROR(DecodeDType(dtype, &s->dtype));
+  return AsCorrupt(s->Validate());
+}
+
+Status DecodeBlockSizes(Reader& r, Plan* plan) {
+  DCP_RETURN_IF_ERROR(r.Read(&plan->block_size, &plan->head_groups));
+  DCP_RETURN_IF_ERROR(Require(plan->block_size >= 1 && plan->block_size <= kMaxSequenceLength,
+                              "block_size {} is not in [1, {}]", plan->block_size,
+                              kMaxSequenceLength));
+  return Require(plan->head_groups >= 1 && plan->shape.kv_heads % plan->head_groups == 0,
+                 "head_groups {} does not divide kv_heads {}", plan->head_groups,
+                 plan->shape.kv_heads);
+}
+
+Status Decode(Reader& r, const Plan& plan, PlanBlock* b) {
+  DCP_RETURN_IF_ERROR(r.Read(&b->sequence.value, &b->token_begin, &b->tokens));
+  DCP_RETURN_IF_ERROR(CheckIndex(b->sequence.value, plan.seqlens.size(), "sequence"));
+  const int64_t length = plan.seqlens[b->sequence.value];
+  DCP_RETURN_IF_ERROR(Require(b->tokens >= 1 && b->tokens <= plan.block_size,
+                              "{} tokens are not in [1, block_size {}]", b->tokens,
+                              plan.block_size));
+  return Require(b->token_begin >= 0 && b->token_begin <= length - b->tokens,
+                 "tokens [{}, {} + {}) are not inside sequence {} of {} tokens", b->token_begin,
+                 b->token_begin, b->tokens, b->sequence.value, length);
+}
+
+Status Decode(Reader& r, const Plan& plan, PlanComputeBlock* c) {
+  DCP_RETURN_IF_ERROR(r.Read(&c->q_block.value, &c->kv_block.value, &c->head_group, &c->area));
+  DCP_RETURN_IF_ERROR(Within(CheckIndex(c->q_block.value, plan.blocks.size(), "data block"), "q"));
+  DCP_RETURN_IF_ERROR(
+      Within(CheckIndex(c->kv_block.value, plan.blocks.size(), "data block"), "kv"));
+  DCP_RETURN_IF_ERROR(
+      CheckIndex(c->head_group, static_cast<size_t>(plan.head_groups), "head group"));
+  const PlanBlock& q = plan.blocks[c->q_block.value];
+  const PlanBlock& kv = plan.blocks[c->kv_block.value];
+  DCP_RETURN_IF_ERROR(Require(q.sequence == kv.sequence,
+                              "q block {} (sequence {}) and kv block {} (sequence {}) differ in "
+                              "sequence",
+                              c->q_block.value, q.sequence.value, c->kv_block.value,
+                              kv.sequence.value));
+  return Require(c->area >= 0 && c->area <= q.tokens * kv.tokens, "area {} is not in [0, {} x {}]",
+                 c->area, q.tokens, kv.tokens);
+}
+
+Status DecodeLength(Reader& r, int64_t* length) {
+  DCP_RETURN_IF_ERROR(r.Read(length));
+  return Require(*length >= 1 && *length <= kMaxSequenceLength, "length {} is not in [1, {}]",
+                 *length, kMaxSequenceLength);
+}
+
+Status DecodeDevice(Reader& r, const Plan& plan, DeviceId* device) {
+  DCP_RETURN_IF_ERROR(r.Read(&device->value));
+  return CheckIndex(device->value, plan.topology.devices(), "device");
+}
+
+Status DecodeTables(Reader& r, Plan* plan) {
+  DCP_RETURN_IF_ERROR(Within(Decode(r, &plan->topology), "topology"));
+  DCP_RETURN_IF_ERROR(Within(Decode(r, &plan->shape), "shape"));
+  DCP_RETURN_IF_ERROR(DecodeBlockSizes(r, plan));
+  DCP_RETURN_IF_ERROR(r.List(kMinSeqlenBytes, "sequence", &plan->seqlens,
+                             [&](int64_t* length) { return DecodeLength(r, length); }));
+  DCP_RETURN_IF_ERROR(r.List(kMinBlockBytes, "data block", &plan->blocks,
+                             [&](PlanBlock* b) { return Decode(r, *plan, b); }));
+  DCP_RETURN_IF_ERROR(r.List(kMinOwnerBytes, "block owner", &plan->block_owner,
+                             [&](DeviceId* d) { return DecodeDevice(r, *plan, d); }));
+  DCP_RETURN_IF_ERROR(Require(plan->block_owner.size() == plan->blocks.size(),
+                              "{} block owners for {} data blocks", plan->block_owner.size(),
+                              plan->blocks.size()));
+  return r.List(kMinComputeBlockBytes, "compute block", &plan->compute_blocks,
+                [&](PlanComputeBlock* c) { return Decode(r, *plan, c); });
+}
+
+Status DecodePayload(Reader& r, Plan* plan) {
+  DCP_RETURN_IF_ERROR(DecodeTables(r, plan));
+  DCP_RETURN_IF_ERROR(r.Read(&plan->n_divisions, &plan->part_device));
+  DCP_RETURN_IF_ERROR(
+      Require(plan->n_divisions >= 0, "n_divisions {} is negative", plan->n_divisions));
+  DCP_RETURN_IF_ERROR(
+      Require(plan->part_device >= -1 && plan->part_device < plan->topology.devices(),
+              "part_device {} is neither -1 (the whole plan) nor one of the {} devices",
+              plan->part_device, plan->topology.devices()));
+  DCP_RETURN_IF_ERROR(DecodePrograms(r, *plan, Pass::kForward, &plan->forward));
+  DCP_RETURN_IF_ERROR(DecodePrograms(r, *plan, Pass::kBackward, &plan->backward));
+  return Require(r.remaining() == 0, "{} trailing bytes after the programs, at byte {}",
+                 r.remaining(), r.offset());
+}
+
+// Checks the header and returns the payload it vouches for.
+Result<std::string_view> OpenEnvelope(std::string_view data) {
+  const std::string_view magic = data.substr(0, std::min(data.size(), internal::kPlanMagic.size()));
+  if (magic != internal::kPlanMagic.substr(0, magic.size())) {
+    return Status::Corrupt("bad magic: not a dcp plan file");
+  }
+  if (data.size() < kPlanHeaderBytes) {
+    return Status::Corrupt(
+        fmt::format("truncated header: {} of {} bytes", data.size(), kPlanHeaderBytes));
+  }
+  Reader header(data.substr(internal::kPlanVersionOffset), internal::kPlanVersionOffset);
+  uint32_t version = 0;
+  uint64_t payload_bytes = 0, checksum = 0;
+  DCP_RETURN_IF_ERROR(header.Read(&version, &payload_bytes, &checksum));
+  if (version != internal::kPlanFormatVersion) {
+    return Status::Unsupported(
+        fmt::format("format version {} is not supported (this build reads "
+                    "version {})",
+                    version, internal::kPlanFormatVersion));
+  }
+  const std::string_view payload = data.substr(kPlanHeaderBytes);
+  DCP_RETURN_IF_ERROR(Require(payload_bytes <= payload.size(),
+                              "truncated: the header announces a payload of {} bytes, {} follow",
+                              payload_bytes, payload.size()));
+  DCP_RETURN_IF_ERROR(Require(payload_bytes == payload.size(),
+                              "{} trailing bytes after the payload of {} bytes",
+                              payload.size() - payload_bytes, payload_bytes));
+  const uint64_t actual = internal::PlanChecksum(payload);
+  DCP_RETURN_IF_ERROR(Require(actual == checksum,
+                              "checksum mismatch: the payload hashes to {:#018x}, the header says "
+                              "{:#018x}",
+                              actual, checksum));
+  return payload;
+}
+
+Status CheckExpectedDevice(const Plan& plan, DeviceId expected) {
+  if (expected.value < 0 || expected.value >= plan.topology.devices()) {
+    return Status::InvalidArgument(
+        fmt::format("expected device {} is not a device of topology {} ({} devices)",
+                    expected.value, plan.topology.ToString(), plan.topology.devices()));
+  }
+  if (plan.part_device >= 0 && plan.part_device != expected.value) {
+    return Status::InvalidArgument(
+        fmt::format("this is the part of device {}, but device {} was expected", plan.part_device,
+                    expected.value));
+  }
+  return Status::Ok();
+}
+
+Result<Plan> Decode(std::string_view data, std::optional<DeviceId> expected_device) {
+  DCP_ASSIGN_OR_RETURN(const std::string_view payload, OpenEnvelope(data));
+  Plan plan;
+  Reader r(payload, kPlanHeaderBytes);
+  DCP_RETURN_IF_ERROR(DecodePayload(r, &plan));
+  if (expected_device) DCP_RETURN_IF_ERROR(CheckExpectedDevice(plan, *expected_device));
+  return plan;
+}
+
+}  // namespace
+
+void EncodePlan(const Plan& plan, std::string* out) {
+  Writer sizer(nullptr);
+  EncodePayload(sizer, plan);
+  out->clear();
+  out->reserve(kPlanHeaderBytes + sizer.bytes_written());
+  out->append(internal::kPlanMagic);
+  Writer w(out);
+  w.Write(internal::kPlanFormatVersion, uint64_t{0}, uint64_t{0});  // length, checksum: below
+  EncodePayload(w, plan);
+  const std::string_view payload = std::string_view(*out).substr(kPlanHeaderBytes);
+  std::string header;
+  Writer(&header).Write(static_cast<uint64_t>(payload.size()), internal::PlanChecksum(payload));
+  out->replace(internal::kPlanPayloadLengthOffset, header.size(), header);
+}
+
+Plan PlanPartForDevice(const Plan& plan, DeviceId device) {
+  DCP_CHECK(device.value >= 0 && device.value < plan.topology.devices(),
+            "device {} is not in topology {}", device.value, plan.topology.ToString());
+  DCP_CHECK(plan.part_device == -1 || plan.part_device == device.value,
+            "plan is the part of device {}, not of device {}", plan.part_device, device.value);
+  Plan part;
+  part.topology = plan.topology;
+  part.shape = plan.shape;
+  part.block_size = plan.block_size;
+  part.head_groups = plan.head_groups;
+  part.seqlens = plan.seqlens;
+  part.blocks = plan.blocks;
+  part.block_owner = plan.block_owner;
+  part.compute_blocks = plan.compute_blocks;
+  part.n_divisions = plan.n_divisions;
+  part.part_device = device.value;
+  const auto take = [&](const std::vector<Program>& programs, std::vector<Program>* out) {
+    if (programs.empty()) return;
+    const size_t index = plan.part_device == -1 ? static_cast<size_t>(device.value) : 0;
+    DCP_CHECK(index < programs.size(), "plan has {} programs per pass, not one per device",
+              programs.size());
+    out->push_back(programs[index]);
+  };
+  take(plan.forward, &part.forward);
+  take(plan.backward, &part.backward);
+  return part;
+}
+
+Result<Plan> DecodePlan(std::string_view data, std::optional<DeviceId> expected_device) {
+  Result<Plan> plan = Decode(data, expected_device);
+  if (!plan.ok()) return plan.status().WithContext("plan");
+  return plan;
+}
+
+}  // namespace dcp

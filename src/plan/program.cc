@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <algorithm>
+
+#include "dcp/plan.h"
+
+namespace dcp {
+
+std::string_view ToString(TensorKind kind) {
+  switch (kind) {
+    case TensorKind::kQ:
+      return "Q";
+    case TensorKind::kKV:
+      return "KV";
+    case TensorKind::kO:
+      return "O";
+    case TensorKind::kLse:
+      return "LSE";
+    case TensorKind::kDO:
+      return "dO";
+    case TensorKind::kDelta:
+      return "Delta";
+    case TensorKind::kDQ:
+      return "dQ";
+    case TensorKind::kDKV:
+      return "dKV";
+  }
+  return "unknown";
+}
+
+int64_t Program::PeakBufferBytes() const {
+  int64_t total = 0;
+  for (const SlotInfo& s : slots) total += s.bytes;
+  return total;
+}
+
+}  // namespace dcp
+
+namespace dcp {
+
+PlanTraffic MeasureTraffic(const Plan& plan, Pass pass) {
+  const std::vector<Program>& programs = pass == Pass::kForward ? plan.forward : plan.backward;
+  PlanTraffic traffic;
+  std::vector<int64_t> inter(plan.topology.devices(), 0);
+  for (const Program& program : programs) {
+    for (const Instruction& instruction : program.instructions) {
+      const auto* launch = std::get_if<CommLaunch>(&instruction);
+      if (launch == nullptr) continue;
+      for (const PeerSlots& send : launch->sends) {
+        int64_t bytes = 0;
+        for (SlotId s : send.slots) bytes += program.slots[s].bytes;
+        if (plan.topology.NodeOf(send.peer) == plan.topology.NodeOf(program.device)) {
+          traffic.bytes_intra_node += bytes;
+        } else {
+          traffic.bytes_inter_node += bytes;
+          inter[program.device.value] += bytes;
+          inter[send.peer.value] += bytes;
+        }
+      }
+    }
+  }
+  for (int64_t b : inter)
+    traffic.max_device_bytes_inter_node = std::max(traffic.max_device_bytes_inter_node, b);
+  return traffic;
+}
+
+}  // namespace dcp

@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: Apache-2.0
+// The division scheduler (see include/dcp/schedule.h).
+//
+// Per device, the tiles needing remote data are ordered by (q block, head group, kv block), so
+// tiles sharing a row are neighbours, and cut into divisions 1..n-1 of equal compute: a row's
+// inputs then arrive once, for the division that first needs them. The number of divisions is the
+// one whose modelled timeline (each division's inputs moving while the previous one computes) is
+// shortest on the slowest device.
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "dcp/schedule.h"
+
+namespace dcp {
+namespace {
+
+constexpr int32_t kMaxDivisions = 8;
+
+struct PieceSide {
+  int32_t block, head_group;
+  Side side;
+  friend auto operator<=>(const PieceSide&, const PieceSide&) = default;
+};
+
+// A device's first need of a remote piece.
+struct Need {
+  PieceSide piece;
+  int32_t device, division;
+};
+
+Status CheckPlacement(const BlockSet& blocks, const Placement& placement,
+                      const Topology& topology) {
+  if (placement.data_device.size() != blocks.data_blocks.size() ||
+      placement.compute_device.size() != blocks.compute_blocks.size()) {
+    return Status::InvalidArgument("placement does not match the blocks");
+  }
+  const auto in_range = [&](DeviceId d) { return d.value >= 0 && d.value < topology.devices(); };
+  if (!std::all_of(placement.data_device.begin(), placement.data_device.end(), in_range) ||
+      !std::all_of(placement.compute_device.begin(), placement.compute_device.end(), in_range)) {
+    return Status::InvalidArgument(
+        fmt::format("placement uses a device outside topology {}", topology.ToString()));
+  }
+  return Status::Ok();
+}
+
+class DivisionScheduler {
+ public:
+  DivisionScheduler(const BlockSet& blocks, const Placement& placement, const Topology& topology,
+                    const ScheduleOptions& options)
+      : blocks_(blocks), placement_(placement), topology_(topology), options_(options) {
+    remote_.resize(topology.devices());
+    for (int32_t c = 0; c < static_cast<int32_t>(blocks.compute_blocks.size()); ++c) {
+      const ComputeBlock& cb = blocks.compute_blocks[c];
+      const int32_t d = placement.compute_device[c].value;
+      if (Owner(cb.q_block) != d || Owner(cb.kv_block) != d) remote_[d].push_back(c);
+    }
+    for (std::vector<int32_t>& tiles : remote_) {
+      std::sort(tiles.begin(), tiles.end(), [&](int32_t a, int32_t b) {
+        const ComputeBlock &x = blocks.compute_blocks[a], &y = blocks.compute_blocks[b];
+        return std::tie(x.q_block, x.head_group, x.kv_block) <
+               std::tie(y.q_block, y.head_group, y.kv_block);
+      });
+    }
+  }
+
+  bool HasRemoteWork() const {
+    return std::any_of(remote_.begin(), remote_.end(), [](const auto& t) { return !t.empty(); });
+  }
+
+  // Divisions of every compute block for n divisions (n >= 2 when there is remote work).
+  std::vector<int32_t> Assign(int32_t n) const {
+    std::vector<int32_t> division(blocks_.compute_blocks.size(), 0);
+    for (const std::vector<int32_t>& tiles : remote_) {
+      int64_t total = 0;
+      for (int32_t c : tiles) total += Flops(c);
+      int64_t prefix = 0;
+      for (int32_t c : tiles) {
+        // The division whose share of the compute holds this tile's middle.
+        const int64_t middle = prefix + Flops(c) / 2;
+        division[c] =
+            1 + static_cast<int32_t>(std::min<int64_t>(
+                    n - 2, static_cast<int64_t>(static_cast<double>(middle) * (n - 1) /
+                                                static_cast<double>(std::max<int64_t>(total, 1)))));
+        prefix += Flops(c);
+      }
+    }
+    return division;
+  }
+
+  // First needs of remote pieces, per device, in division order.
+  std::vector<Need> Needs(const std::vector<int32_t>& division) const {
+    std::vector<Need> needs;
+    for (int32_t d = 0; d < topology_.devices(); ++d) {
+      std::map<PieceSide, int32_t> first;
+      for (int32_t c : remote_[d]) {
+        const ComputeBlock& cb = blocks_.compute_blocks[c];
+        for (auto [side, block] :
+             {std::pair{Side::kRow, cb.q_block}, std::pair{Side::kColumn, cb.kv_block}}) {
+          if (Owner(block) == d) continue;
+          const PieceSide piece{block.value, cb.head_group, side};
+          auto [it, inserted] = first.emplace(piece, division[c]);
+          if (!inserted) it->second = std::min(it->second, division[c]);
+        }
+      }
+      for (const auto& [piece, t] : first) needs.push_back({piece, d, t});
+    }
+    return needs;
+  }
+
+  // Transfers for the needs: direct inside a node; across nodes once per node to a relay (the
+  // device needing it first), which forwards it to the others.
+  std::vector<Transfer> Route(const std::vector<Need>& needs) const {
+    std::map<std::pair<PieceSide, int32_t>, std::vector<const Need*>> by_node;
+    for (const Need& n : needs) {
+      by_node[{n.piece, topology_.NodeOf(DeviceId{n.device})}].push_back(&n);
+    }
+    std::vector<Transfer> transfers;
+    for (auto& [key, group] : by_node) {
+      const auto& [piece, node] = key;
+      const DeviceId owner{Owner(DataBlockId{piece.block})};
+      const auto transfer = [&](DeviceId from, const Need& n, int32_t phase) {
+        transfers.push_back(Transfer{.block = DataBlockId{piece.block},
+                                     .head_group = piece.head_group,
+                                     .side = piece.side,
+                                     .source = from,
+                                     .destination = DeviceId{n.device},
+                                     .division = n.division,
+                                     .phase = phase});
+      };
+      if (topology_.NodeOf(owner) == node) {
+        for (const Need* n : group) transfer(owner, *n, 0);
+        continue;
+      }
+      std::sort(group.begin(), group.end(), [](const Need* a, const Need* b) {
+        return std::tie(a->division, a->device) < std::tie(b->division, b->device);
+      });
+      const Need& relay = *group.front();
+      transfer(owner, relay, 0);
+      for (size_t i = 1; i < group.size(); ++i) {
+        transfer(DeviceId{relay.device}, *group[i], group[i]->division == relay.division ? 1 : 0);
+      }
+    }
+    std::sort(transfers.begin(), transfers.end(), [](const Transfer& a, const Transfer& b) {
+      return std::tie(a.division, a.phase, a.source, a.destination, a.block, a.head_group, a.side) <
+             std::tie(b.division, b.phase, b.source, b.destination, b.block, b.head_group, b.side);
+    });
+    return transfers;
+  }
+
+  // Modelled time of the slowest device: division t's inputs move while division t-1 computes.
+  double ModelledTime(const std::vector<int32_t>& division, const std::vector<Transfer>& transfers,
+                      int32_t n) const {
+    const int32_t devices = topology_.devices();
+    std::vector<double> compute(static_cast<size_t>(devices) * n, 0), moving(compute.size(), 0);
+    for (size_t c = 0; c < division.size(); ++c) {
+      compute[placement_.compute_device[c].value * n + division[c]] +=
+          static_cast<double>(Flops(static_cast<int32_t>(c))) / options_.device_flops;
+    }
+    const double inter_per_device = options_.inter_node_bytes_per_s / topology_.devices_per_node;
+    for (const Transfer& t : transfers) {
+      const NetBytes bytes =
+          NetBytesOf(blocks_.data_blocks[t.block.value], blocks_.shape, blocks_.head_groups);
+      const double b = static_cast<double>(t.side == Side::kRow ? bytes.row_fwd : bytes.column_fwd);
+      const bool inter = topology_.NodeOf(t.source) != topology_.NodeOf(t.destination);
+      moving[t.destination.value * n + t.division] +=
+          b / (inter ? inter_per_device : options_.intra_node_bytes_per_s);
+    }
+    double slowest = 0;
+    for (int32_t d = 0; d < devices; ++d) {
+      double time = 0;
+      for (int32_t t = 1; t < n; ++t) time += std::max(compute[d * n + t - 1], moving[d * n + t]);
+      slowest = std::max(slowest, time + compute[d * n + n - 1]);
+    }
+    return slowest;
+  }
+
+ private:
+  int32_t Owner(DataBlockId block) const { return placement_.data_device[block.value].value; }
+  int64_t Flops(int32_t c) const {
+    return blocks_.compute_blocks[c].flops_fwd + blocks_.compute_blocks[c].flops_bwd;
+  }
+
+  const BlockSet& blocks_;
+  const Placement& placement_;
+  const Topology& topology_;
+  const ScheduleOptions& options_;
+  std::vector<std::vector<int32_t>> remote_;  // per device: its tiles needing remote data
+};
+
+}  // namespace
+
+Status ScheduleOptions::Validate() const {
+  if (divisions < 0 || divisions > kMaxDivisions) {
+    return Status::InvalidArgument(
+        fmt::format("divisions={} is not in [0, {}] (0 = auto)", divisions, kMaxDivisions));
+  }
+  for (const auto& [name, value] : {std::pair{"device_flops", device_flops},
+                                    std::pair{"intra_node_bytes_per_s", intra_node_bytes_per_s},
+                                    std::pair{"inter_node_bytes_per_s", inter_node_bytes_per_s}}) {
+    if (!(value > 0))
+      return Status::InvalidArgument(fmt::format("{}={} is not positive", name, value));
+  }
+  return Status::Ok();
+}
+
+Result<Schedule> ScheduleDivisions(const BlockSet& blocks, const Placement& placement,
+                                   const Topology& topology, const ScheduleOptions& options) {
+  DCP_RETURN_IF_ERROR(options.Validate());
+  DCP_RETURN_IF_ERROR(topology.Validate());
+  DCP_RETURN_IF_ERROR(CheckPlacement(blocks, placement, topology));
+  const DivisionScheduler scheduler(blocks, placement, topology, options);
+  if (!scheduler.HasRemoteWork()) {
+    return Schedule{.n_divisions = std::max(1, options.divisions),
+                    .compute_division = std::vector<int32_t>(blocks.compute_blocks.size(), 0),
+                    .transfers = {}};
+  }
+  if (options.divisions == 1) {
+    return Status::InvalidArgument(
+        "divisions=1 leaves no division for the tiles that need remote data; use 2 or more");
+  }
+  const int32_t first = options.divisions > 0 ? options.divisions : 2;
+  const int32_t last = options.divisions > 0 ? options.divisions : kMaxDivisions;
+  Schedule best;
+  double best_time = 0;
+  for (int32_t n = first; n <= last; ++n) {
+    Schedule s{.n_divisions = n, .compute_division = scheduler.Assign(n), .transfers = {}};
+    s.transfers = scheduler.Route(scheduler.Needs(s.compute_division));
+    const double time = scheduler.ModelledTime(s.compute_division, s.transfers, n);
+    if (n == first || time < best_time) {
+      best = std::move(s);
+      best_time = time;
+    }
+  }
+  return best;
+}
+
+}  // namespace dcp

@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: Apache-2.0
+// Compiled plans of random batches must pass the symbolic validator and round-trip through the
+// binary format.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "dcp/plan.h"
+
+namespace dcp {
+namespace {
+
+const char* const kMasks[] = {
+    "causal",
+    "full",
+    "sliding-window:window=100",
+    "lambda:sink=8,window=150",
+    "causal-blockwise:block=64,local=2",
+    "shared-question:question=0.3,answers=3",
+    "documents:lengths=50/70",
+    "modality:image=40,text=30",
+    R"({"slices":[{"rows":[0,1],"lo":[0,0],"hi":[1,0]}]})",  // only the first row attends
+};
+
+struct RandomCase {
+  std::vector<int64_t> lengths;
+  std::string mask;
+  Topology topology;
+  int64_t block_size = 0;
+  int64_t head_groups = 1;
+  int32_t divisions = 0;
+};
+
+RandomCase MakeCase(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  RandomCase c;
+  c.block_size = int64_t{64} << (rng() % 6);  // 64 .. 2048
+  const int64_t max_length = std::max<int64_t>(8 * c.block_size, 300);
+  c.lengths.resize(1 + rng() % 5);
+  for (int64_t& l : c.lengths) {
+    const uint64_t kind = rng() % 4;
+    l = kind == 0   ? 1
+        : kind == 1 ? c.block_size * (1 + static_cast<int64_t>(rng() % 4))
+                    : 1 + static_cast<int64_t>(rng() % max_length);
+  }
+  c.mask = kMasks[rng() % std::size(kMasks)];
+  c.topology = Topology{.nodes = 1 + static_cast<int32_t>(rng() % 4),
+                        .devices_per_node = 1 + static_cast<int32_t>(rng() % 8)};
+  c.head_groups = rng() % 3 == 0 ? 2 : 1;
+  c.divisions = rng() % 3 == 0 ? 2 + static_cast<int32_t>(rng() % 4) : 0;
+  return c;
+}
+
+Result<Plan> CompileCase(const RandomCase& c) {
+  // Masks with fixed spans need long enough sequences; shorter ones use causal.
+  std::vector<MaskSpec> masks;
+  for (int64_t l : c.lengths) {
+    const bool fits = c.mask[0] != 'd' && c.mask[0] != '{' ? true : l >= 121;
+    masks.push_back(*MaskSpec::Parse(fits ? c.mask : "causal"));
+  }
+  DCP_ASSIGN_OR_RETURN(
+      Batch batch,
+      Batch::Create(c.lengths, masks, AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 8}));
+  DCP_ASSIGN_OR_RETURN(BlockSet blocks, MakeBlocks(batch, {.block_size = c.block_size,
+                                                           .head_groups = c.head_groups}));
+  DCP_ASSIGN_OR_RETURN(PartitionResult placed, PartitionBlocks(blocks, c.topology, {}));
+  DCP_ASSIGN_OR_RETURN(Schedule schedule,
+                       ScheduleDivisions(blocks, placed.placement, c.topology,
+                                         ScheduleOptions{.divisions = c.divisions}));
+  return CompilePlan(batch, blocks, placed.placement, schedule, c.topology);
+}
+
+TEST(CompilePlan, PlansOfRandomBatchesPassTheValidator) {
+  for (uint64_t seed = 0; seed < 1500; ++seed) {
+    const RandomCase c = MakeCase(seed);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << ", topology " << c.topology.ToString()
+                                      << ", block " << c.block_size << ", mask " << c.mask);
+    Result<Plan> plan = CompileCase(c);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    const Status valid = ValidatePlan(*plan);
+    ASSERT_TRUE(valid.ok()) << valid.ToString();
+  }
+}
+
+TEST(CompilePlan, PlansRoundTripThroughTheBinaryFormat) {
+  for (uint64_t seed = 0; seed < 100; ++seed) {
+    SCOPED_TRACE(seed);
+    Result<Plan> plan = CompileCase(MakeCase(seed));
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    std::string bytes;
+    EncodePlan(*plan, &bytes);
+    Result<Plan> decoded = DecodePlan(bytes);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_TRUE(*decoded == *plan);
+    std::string again;
+    EncodePlan(*decoded, &again);
+    EXPECT_EQ(again, bytes);
+  }
+}
+
+TEST(CompilePlan, IsDeterministic) {
+  const RandomCase c = MakeCase(7);
+  Result<Plan> a = CompileCase(c), b = CompileCase(c);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(*a == *b);
+}
+
+TEST(ScheduleDivisions, RejectsOneDivisionWhenTilesNeedRemoteData) {
+  auto batch = Batch::Create({4096}, {MaskSpec{}}, AttentionShape{});
+  auto blocks = MakeBlocks(*batch, {.block_size = 1024});
+  const Topology topology{.nodes = 1, .devices_per_node = 4};
+  auto placed = PartitionBlocks(*blocks, topology, {});
+  auto schedule =
+      ScheduleDivisions(*blocks, placed->placement, topology, ScheduleOptions{.divisions = 1});
+  ASSERT_FALSE(schedule.ok());
+  EXPECT_NE(schedule.status().message().find("divisions=1"), std::string::npos);
+}
+
+TEST(ScheduleDivisions, PutsTilesWithOnlyLocalInputsInDivisionZero) {
+  auto batch = Batch::Create({4096, 3000, 1000}, {MaskSpec{}}, AttentionShape{});
+  auto blocks = MakeBlocks(*batch, {.block_size = 512});
+  const Topology topology{.nodes = 2, .devices_per_node = 2};
+  auto placed = PartitionBlocks(*blocks, topology, {});
+  auto schedule = ScheduleDivisions(*blocks, placed->placement, topology, {});
+  ASSERT_TRUE(schedule.ok());
+  const Placement& p = placed->placement;
+  for (size_t c = 0; c < blocks->compute_blocks.size(); ++c) {
+    const ComputeBlock& cb = blocks->compute_blocks[c];
+    const bool local = p.data_device[cb.q_block.value] == p.compute_device[c] &&
+                       p.data_device[cb.kv_block.value] == p.compute_device[c];
+    EXPECT_EQ(schedule->compute_division[c] == 0, local) << "compute block " << c;
+  }
+  // Every transfer across nodes goes to a device that needs it first or forwards it.
+  for (const Transfer& t : schedule->transfers) {
+    EXPECT_GE(t.division, 1);
+    if (topology.NodeOf(t.source) != topology.NodeOf(t.destination)) {
+      EXPECT_EQ(t.phase, 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dcp
