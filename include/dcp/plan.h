@@ -22,6 +22,15 @@
 //    with nothing to exchange are simply absent. It does not block.
 //  - CommWait(id) completes the CommLaunch with that id; only then may its receive slots be read
 //    and its send slots be overwritten.
+//  - Tiles of one BlockwiseAttention run in order as far as results go: several tiles may merge or
+//    add into the same accumulator (a kernel must not race on it). The ops of one
+//    BlockwiseReduction or BlockwiseCopy are independent: none writes a slot another reads or
+//    writes (an op may write into one of its own sources).
+//  - Slot references a tile or op does not use are -1: forward tiles leave d_o, delta, dq and dkv
+//    unset, backward tiles leave out unset; kSum and kDelta ops leave lse_destination unset. The
+//    slices of one tile never overlap.
+//  - Messages carry whole slots (block_size tokens), also for a sequence's last, shorter block.
+//    The encoding of a plan replaces the contents of its output string.
 #pragma once
 
 #include <cstdint>

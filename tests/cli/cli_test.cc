@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "dcp/plan.h"
+
 namespace {
 
 struct CliRun {
@@ -259,6 +261,52 @@ TEST(Cli, RequiresASubcommand) {
   const CliRun run = RunDcp({});
   EXPECT_NE(run.exit_code, 0);
   EXPECT_FALSE(run.err.empty());
+}
+
+TEST(CliPlan, ChecksAndReportsThePlanAsJson) {
+  const std::string path = TempPath(".plan");
+  const CliRun r = RunDcp({"plan", "--seqlens", "9000,3000,700", "--mask", "lambda", "--topology",
+                           "2x4", "--block-size", "512", "--check", "--json", "-o", path});
+  const nlohmann::json j = ParseJson(r);
+  for (const char* key :
+       {"planning_ms", "fwd", "bwd", "memory_imbalance", "n_divisions", "peak_buffer_bytes"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  for (const char* key : {"total", "blocking", "placement", "scheduling", "compile"}) {
+    EXPECT_TRUE(j["planning_ms"].contains(key)) << key;
+  }
+  for (const char* pass : {"fwd", "bwd"}) {
+    for (const char* key : {"bytes_inter_node", "bytes_intra_node", "max_device_bytes_inter_node",
+                            "compute_imbalance"}) {
+      EXPECT_TRUE(j[pass].contains(key)) << pass << "." << key;
+    }
+  }
+  EXPECT_TRUE(j["checked"].get<bool>());
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto plan = dcp::DecodePlan(bytes);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->n_divisions, j["n_divisions"].get<int>());
+  EXPECT_TRUE(dcp::ValidatePlan(*plan).ok());
+  std::remove(path.c_str());
+}
+
+TEST(CliPlan, RejectsABadDivisionCount) {
+  const CliRun r = RunDcp({"plan", "--seqlens", "4096", "--divisions", "many"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("'many'"), std::string::npos) << r.err;
+  const CliRun r9 = RunDcp({"plan", "--seqlens", "4096", "--divisions", "9"});
+  EXPECT_NE(r9.exit_code, 0);
+  EXPECT_NE(r9.err.find("divisions=9"), std::string::npos) << r9.err;
+}
+
+TEST(CliPlan, DumpsEveryProgram) {
+  const CliRun r = RunDcp(
+      {"plan", "--seqlens", "3000,1000", "--topology", "1x2", "--block-size", "1024", "--dump"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("forward program, device 1"), std::string::npos);
+  EXPECT_NE(r.out.find("backward program, device 0"), std::string::npos);
+  EXPECT_NE(r.out.find("BlockwiseAttention"), std::string::npos);
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
+#include <tuple>
 
 #include "dcp/plan.h"
 
@@ -135,6 +137,32 @@ TEST(ScheduleDivisions, PutsTilesWithOnlyLocalInputsInDivisionZero) {
     EXPECT_GE(t.division, 1);
     if (topology.NodeOf(t.source) != topology.NodeOf(t.destination)) {
       EXPECT_EQ(t.phase, 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dcp
+
+namespace dcp {
+namespace {
+
+TEST(ScheduleDivisions, CrossesTheNetworkOncePerPieceAndNode) {
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    SCOPED_TRACE(seed);
+    const RandomCase c = MakeCase(seed);
+    auto batch = Batch::Create(c.lengths, {MaskSpec{}},
+                               AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 8});
+    auto blocks = MakeBlocks(*batch, {.block_size = c.block_size});
+    auto placed = PartitionBlocks(*blocks, c.topology, {});
+    auto schedule = ScheduleDivisions(*blocks, placed->placement, c.topology, {});
+    ASSERT_TRUE(schedule.ok());
+    std::set<std::tuple<int32_t, int32_t, Side, int32_t>> crossed;  // piece, side, node
+    for (const Transfer& t : schedule->transfers) {
+      const int32_t node = c.topology.NodeOf(t.destination);
+      if (c.topology.NodeOf(t.source) == node) continue;
+      EXPECT_TRUE(crossed.insert({t.block.value, t.head_group, t.side, node}).second)
+          << "block " << t.block.value << " crosses into node " << node << " twice";
     }
   }
 }
