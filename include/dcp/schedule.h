@@ -26,6 +26,7 @@ struct ScheduleOptions {
   double device_flops = 400e12;           // sustained attention FLOP/s of one device
   double intra_node_bytes_per_s = 450e9;  // per device, per direction
   double inter_node_bytes_per_s = 50e9;   // per node, shared by its devices
+  double division_overhead_s = 30e-6;     // fixed cost of a division: launches, waits, a kernel
 
   Status Validate() const;
 };

@@ -5,9 +5,11 @@
 // tiles sharing a row are neighbours, and cut into divisions 1..n-1 of equal compute: a row's
 // inputs then arrive once, for the division that first needs them. The number of divisions is the
 // one whose modelled timeline (each division's inputs moving while the previous one computes) is
-// shortest on the slowest device.
+// shortest on the slowest device, trying divisions of equal compute and divisions sized so that
+// each one's data moves while the previous one computes.
 #include <algorithm>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "dcp/schedule.h"
@@ -68,7 +70,55 @@ class DivisionScheduler {
     return std::any_of(remote_.begin(), remote_.end(), [](const auto& t) { return !t.empty(); });
   }
 
-  // Divisions of every compute block for n divisions (n >= 2 when there is remote work).
+  // Divisions sized to hide communication: division t takes tiles until the data they need
+  // would take longer to move than division t-1 takes to compute; the last division takes the
+  // rest. Small early divisions behind a short division 0, larger ones later.
+  std::vector<int32_t> AssignHiding(int32_t n) const {
+    std::vector<int32_t> division(blocks_.compute_blocks.size(), 0);
+    const double inter_per_device = options_.inter_node_bytes_per_s / topology_.devices_per_node;
+    for (int32_t d = 0; d < topology_.devices(); ++d) {
+      double previous = 0;  // compute time of the division before the one being filled
+      for (size_t c = 0; c < blocks_.compute_blocks.size(); ++c) {
+        if (placement_.compute_device[c].value == d && division[c] == 0 &&
+            IsLocal(static_cast<int32_t>(c), d)) {
+          previous += Seconds(static_cast<int32_t>(c));
+        }
+      }
+      std::set<PieceSide> fetched;
+      int32_t t = 1;
+      double moving = 0, computing = 0;
+      for (int32_t c : remote_[d]) {
+        const ComputeBlock& cb = blocks_.compute_blocks[c];
+        double extra = 0;
+        for (auto [side, block] :
+             {std::pair{Side::kRow, cb.q_block}, std::pair{Side::kColumn, cb.kv_block}}) {
+          if (Owner(block) == d || fetched.count({block.value, cb.head_group, side})) continue;
+          const NetBytes bytes =
+              NetBytesOf(blocks_.data_blocks[block.value], blocks_.shape, blocks_.head_groups);
+          const bool inter =
+              topology_.NodeOf(DeviceId{Owner(block)}) != topology_.NodeOf(DeviceId{d});
+          extra += static_cast<double>(side == Side::kRow ? bytes.row_fwd : bytes.column_fwd) /
+                   (inter ? inter_per_device : options_.intra_node_bytes_per_s);
+        }
+        if (t < n - 1 && computing > 0 && moving + extra > previous) {
+          previous = computing;
+          computing = moving = 0;
+          ++t;
+        }
+        for (auto [side, block] :
+             {std::pair{Side::kRow, cb.q_block}, std::pair{Side::kColumn, cb.kv_block}}) {
+          if (Owner(block) != d) fetched.insert({block.value, cb.head_group, side});
+        }
+        moving += extra;
+        computing += Seconds(c);
+        division[c] = t;
+      }
+    }
+    return division;
+  }
+
+  // Divisions of every compute block for n divisions (n >= 2 when there is remote work), the
+  // remote tiles cut into n - 1 divisions of equal compute.
   std::vector<int32_t> Assign(int32_t n) const {
     std::vector<int32_t> division(blocks_.compute_blocks.size(), 0);
     for (const std::vector<int32_t>& tiles : remote_) {
@@ -170,13 +220,18 @@ class DivisionScheduler {
     for (int32_t d = 0; d < devices; ++d) {
       double time = 0;
       for (int32_t t = 1; t < n; ++t) time += std::max(compute[d * n + t - 1], moving[d * n + t]);
-      slowest = std::max(slowest, time + compute[d * n + n - 1]);
+      slowest = std::max(slowest, time + compute[d * n + n - 1] + n * options_.division_overhead_s);
     }
     return slowest;
   }
 
  private:
   int32_t Owner(DataBlockId block) const { return placement_.data_device[block.value].value; }
+  bool IsLocal(int32_t c, int32_t d) const {
+    const ComputeBlock& cb = blocks_.compute_blocks[c];
+    return Owner(cb.q_block) == d && Owner(cb.kv_block) == d;
+  }
+  double Seconds(int32_t c) const { return static_cast<double>(Flops(c)) / options_.device_flops; }
   int64_t Flops(int32_t c) const {
     return blocks_.compute_blocks[c].flops_fwd + blocks_.compute_blocks[c].flops_bwd;
   }
@@ -198,8 +253,13 @@ Status ScheduleOptions::Validate() const {
   for (const auto& [name, value] : {std::pair{"device_flops", device_flops},
                                     std::pair{"intra_node_bytes_per_s", intra_node_bytes_per_s},
                                     std::pair{"inter_node_bytes_per_s", inter_node_bytes_per_s}}) {
-    if (!(value > 0))
+    if (!(value > 0)) {
       return Status::InvalidArgument(fmt::format("{}={} is not positive", name, value));
+    }
+  }
+  if (!(division_overhead_s >= 0)) {
+    return Status::InvalidArgument(
+        fmt::format("division_overhead_s={} is negative", division_overhead_s));
   }
   return Status::Ok();
 }
@@ -223,13 +283,18 @@ Result<Schedule> ScheduleDivisions(const BlockSet& blocks, const Placement& plac
   const int32_t last = options.divisions > 0 ? options.divisions : kMaxDivisions;
   Schedule best;
   double best_time = 0;
+  // Every division count, with equal and with hiding division sizes: the shortest modelled time.
   for (int32_t n = first; n <= last; ++n) {
-    Schedule s{.n_divisions = n, .compute_division = scheduler.Assign(n), .transfers = {}};
-    s.transfers = scheduler.Route(scheduler.Needs(s.compute_division));
-    const double time = scheduler.ModelledTime(s.compute_division, s.transfers, n);
-    if (n == first || time < best_time) {
-      best = std::move(s);
-      best_time = time;
+    for (bool hiding : {false, true}) {
+      Schedule s{.n_divisions = n,
+                 .compute_division = hiding ? scheduler.AssignHiding(n) : scheduler.Assign(n),
+                 .transfers = {}};
+      s.transfers = scheduler.Route(scheduler.Needs(s.compute_division));
+      const double time = scheduler.ModelledTime(s.compute_division, s.transfers, n);
+      if (best.compute_division.empty() || time < best_time) {
+        best = std::move(s);
+        best_time = time;
+      }
     }
   }
   return best;

@@ -73,7 +73,7 @@ Result<Plan> CompileCase(const RandomCase& c) {
 }
 
 TEST(CompilePlan, PlansOfRandomBatchesPassTheValidator) {
-  for (uint64_t seed = 0; seed < 1500; ++seed) {
+  for (uint64_t seed = 0; seed < 2000; ++seed) {
     const RandomCase c = MakeCase(seed);
     SCOPED_TRACE(::testing::Message() << "seed " << seed << ", topology " << c.topology.ToString()
                                       << ", block " << c.block_size << ", mask " << c.mask);
