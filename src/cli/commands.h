@@ -15,6 +15,7 @@ using CommandRunner = std::function<int()>;
 CommandRunner AddBlocksCommand(CLI::App& app);
 CommandRunner AddPlaceCommand(CLI::App& app);
 CommandRunner AddPlanCommand(CLI::App& app);
+CommandRunner AddRunCommand(CLI::App& app);
 
 // Prints "dcp: error: <status>" to stderr and returns 1.
 int ReportError(const Status& status);

@@ -18,9 +18,9 @@ int ReportError(const Status& status) {
 int main(int argc, char** argv) {
   CLI::App app{"dcp: dynamic context parallelism planner and runtime"};
   app.require_subcommand(1);
-  const dcp::cli::CommandRunner commands[] = {dcp::cli::AddBlocksCommand(app),
-                                              dcp::cli::AddPlaceCommand(app),
-                                              dcp::cli::AddPlanCommand(app)};
+  const dcp::cli::CommandRunner commands[] = {
+      dcp::cli::AddBlocksCommand(app), dcp::cli::AddPlaceCommand(app),
+      dcp::cli::AddPlanCommand(app), dcp::cli::AddRunCommand(app)};
   CLI11_PARSE(app, argc, argv);
   int status = 0;
   for (const auto& run : commands) status = std::max(status, run());  // only the parsed one runs
