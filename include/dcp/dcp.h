@@ -8,4 +8,6 @@
 #include "dcp/mask.h"
 #include "dcp/partition.h"
 #include "dcp/plan.h"
+#include "dcp/runtime.h"
+#include "dcp/schedule.h"
 #include "dcp/status.h"

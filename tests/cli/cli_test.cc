@@ -309,4 +309,38 @@ TEST(CliPlan, DumpsEveryProgram) {
   EXPECT_NE(r.out.find("BlockwiseAttention"), std::string::npos);
 }
 
+TEST(CliRun, MatchesTheDenseReferenceAndDumpsTheBatch) {
+  const std::string dir = TempPath("_dump");
+  const CliRun r =
+      RunDcp({"run", "--seqlens", "300,77", "--mask", "lambda:sink=4,window=64", "--block-size",
+              "64", "--head-dim", "16", "--devices", "3", "--json", "--dump", dir});
+  const nlohmann::json j = ParseJson(r);
+  EXPECT_TRUE(j["within_tolerance"].get<bool>()) << r.out;
+  EXPECT_EQ(j["devices"].get<int>(), 3);
+  for (const char* tensor : {"o", "lse", "dq", "dk", "dv"}) {
+    EXPECT_LE(j["errors"][tensor]["relative"].get<double>(), j["tolerance"].get<double>())
+        << tensor;
+  }
+  for (const char* file : {"q.npy", "k.npy", "v.npy", "do.npy", "o.npy", "lse.npy", "dq.npy",
+                           "dk.npy", "dv.npy", "batch.json"}) {
+    std::ifstream in(dir + "/" + file, std::ios::binary);
+    EXPECT_TRUE(in.good()) << file;
+  }
+  std::ifstream meta(dir + "/batch.json");
+  const nlohmann::json batch = nlohmann::json::parse(meta);
+  EXPECT_EQ(batch["seqlens"], nlohmann::json::array({300, 77}));
+  EXPECT_EQ(batch["masks"][0].get<std::string>(), "lambda:sink=4,window=64");
+  std::ifstream npy(dir + "/q.npy", std::ios::binary);
+  std::string head(128, '\0');
+  npy.read(head.data(), 128);
+  EXPECT_EQ(head.substr(0, 6), "\x93NUMPY");
+  EXPECT_NE(head.find("'shape': (377, 8, 16)"), std::string::npos) << head;
+}
+
+TEST(CliRun, RejectsAnUnavailableCommunicator) {
+  const CliRun r = RunDcp({"run", "--seqlens", "100", "--comm", "mpi"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--comm mpi"), std::string::npos) << r.err;
+}
+
 }  // namespace
