@@ -113,7 +113,8 @@ TEST(RunPlanInProcess, AFailingRankStopsEveryRankWithAClearError) {
   auto plan = CompilePlan(*batch, *blocks, placed->placement, *schedule, topology);
   ASSERT_TRUE(plan.ok());
   // Corrupt device 2's program: a wait for an exchange it never launched.
-  plan->forward[2].instructions.insert(plan->forward[2].instructions.begin(), CommWait{.id = 99});
+  plan->forward[2].instructions.emplace(plan->forward[2].instructions.begin(),
+                                        std::in_place_type<CommWait>, CommWait{.id = 99});
   BatchTensors t = BatchTensors::ZerosFor(*plan);
   const Status s = RunPlanInProcess(*plan, t, {}, 5.0);
   ASSERT_FALSE(s.ok());
