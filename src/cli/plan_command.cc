@@ -3,15 +3,12 @@
 // and buffers; optionally validate, dump or write the plan.
 #include <fmt/format.h>
 
-#include <chrono>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "cli/batch_args.h"
 #include "cli/commands.h"
-#include "dcp/plan.h"
-#include "dcp/schedule.h"
+#include "cli/planning.h"
 
 namespace dcp::cli {
 namespace {
@@ -23,24 +20,6 @@ struct PlanArgs {
   bool check = false;
   bool dump = false;
   bool json = false;
-};
-
-struct Timings {
-  double blocking = 0, placement = 0, scheduling = 0, compile = 0;
-  double total() const { return blocking + placement + scheduling + compile; }
-};
-
-class Stopwatch {
- public:
-  double Lap() {
-    const auto now = std::chrono::steady_clock::now();
-    const double ms = std::chrono::duration<double, std::milli>(now - last_).count();
-    last_ = now;
-    return ms;
-  }
-
- private:
-  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
 Result<ScheduleOptions> BuildScheduleOptions(const PlanArgs& args) {
@@ -85,33 +64,15 @@ nlohmann::json PassJson(const Plan& plan, const BlockSet& blocks, const Placemen
 }
 
 int Run(const BatchArgs& batch_args, const PlanArgs& args) {
-  Stopwatch watch;
-  Timings ms;
-  Result<Batch> batch = BuildBatch(batch_args);
-  if (!batch.ok()) return ReportError(batch.status());
-  Result<BlockingOptions> blocking = BuildBlockingOptions(batch_args, *batch);
-  if (!blocking.ok()) return ReportError(blocking.status());
-  Result<Topology> topology = Topology::Parse(args.placement.topology);
-  if (!topology.ok()) return ReportError(topology.status());
-  Result<PartitionOptions> partition_options = BuildPartitionOptions(batch_args, args.placement);
-  if (!partition_options.ok()) return ReportError(partition_options.status());
   Result<ScheduleOptions> schedule_options = BuildScheduleOptions(args);
   if (!schedule_options.ok()) return ReportError(schedule_options.status());
-  watch.Lap();
-
-  Result<BlockSet> blocks = MakeBlocks(*batch, *blocking);
-  if (!blocks.ok()) return ReportError(blocks.status());
-  ms.blocking = watch.Lap();
-  Result<PartitionResult> placed = PartitionBlocks(*blocks, *topology, *partition_options);
-  if (!placed.ok()) return ReportError(placed.status());
-  ms.placement = watch.Lap();
-  Result<Schedule> schedule =
-      ScheduleDivisions(*blocks, placed->placement, *topology, *schedule_options);
-  if (!schedule.ok()) return ReportError(schedule.status());
-  ms.scheduling = watch.Lap();
-  Result<Plan> plan = CompilePlan(*batch, *blocks, placed->placement, *schedule, *topology);
-  if (!plan.ok()) return ReportError(plan.status());
-  ms.compile = watch.Lap();
+  Result<PlannedBatch> planned = PlanFromArgs(batch_args, args.placement, *schedule_options);
+  if (!planned.ok()) return ReportError(planned.status());
+  const BlockSet* blocks = &planned->blocks;
+  const PartitionResult* placed = &planned->placed;
+  const Plan* plan = &planned->plan;
+  const Topology* topology = &planned->topology;
+  const PlanningTimes& ms = planned->ms;
 
   if (args.check) {
     if (Status s = ValidatePlan(*plan); !s.ok()) return ReportError(s.WithContext("plan check"));

@@ -3,7 +3,6 @@
 // inputs, and check every output against the dense single-device reference.
 #include <fmt/format.h>
 
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -11,10 +10,9 @@
 #include <random>
 #include <tuple>
 
-#include "cli/batch_args.h"
 #include "cli/commands.h"
+#include "cli/planning.h"
 #include "dcp/runtime.h"
-#include "dcp/schedule.h"
 
 namespace dcp::cli {
 namespace {
@@ -82,33 +80,15 @@ int Run(const BatchArgs& batch_args, const RunArgs& args) {
     return ReportError(Status::Unsupported(
         fmt::format("--comm {}: only 'local' (in-process) is available in this build", args.comm)));
   }
-  Result<Batch> batch = BuildBatch(batch_args);
-  if (!batch.ok()) return ReportError(batch.status());
-  Result<BlockingOptions> blocking = BuildBlockingOptions(batch_args, *batch);
-  if (!blocking.ok()) return ReportError(blocking.status());
-  Result<Topology> topology = Topology::Parse(args.placement.topology);
-  if (!topology.ok()) return ReportError(topology.status());
-  Result<PartitionOptions> partition = BuildPartitionOptions(batch_args, args.placement);
-  if (!partition.ok()) return ReportError(partition.status());
+  Result<PlannedBatch> planned =
+      PlanFromArgs(batch_args, args.placement, ScheduleOptions{.divisions = args.divisions});
+  if (!planned.ok()) return ReportError(planned.status());
+  const Batch* batch = &planned->batch;
+  const Plan* plan = &planned->plan;
+  const Topology* topology = &planned->topology;
+  const double plan_ms = planned->ms.total();
 
-  const auto start = std::chrono::steady_clock::now();
-  auto lap = [last = start]() mutable {
-    const auto now = std::chrono::steady_clock::now();
-    const double ms = std::chrono::duration<double, std::milli>(now - last).count();
-    last = now;
-    return ms;
-  };
-  Result<BlockSet> blocks = MakeBlocks(*batch, *blocking);
-  if (!blocks.ok()) return ReportError(blocks.status());
-  Result<PartitionResult> placed = PartitionBlocks(*blocks, *topology, *partition);
-  if (!placed.ok()) return ReportError(placed.status());
-  Result<Schedule> schedule = ScheduleDivisions(*blocks, placed->placement, *topology,
-                                                ScheduleOptions{.divisions = args.divisions});
-  if (!schedule.ok()) return ReportError(schedule.status());
-  Result<Plan> plan = CompilePlan(*batch, *blocks, placed->placement, *schedule, *topology);
-  if (!plan.ok()) return ReportError(plan.status());
-  const double plan_ms = lap();
-
+  Stopwatch watch;
   BatchTensors run = BatchTensors::ZerosFor(*plan);
   std::mt19937_64 rng(batch_args.seed);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
@@ -119,11 +99,11 @@ int Run(const BatchArgs& batch_args, const RunArgs& args) {
     }
   }
   BatchTensors reference = run;
-  lap();
+  watch.Lap();
   if (Status s = RunPlanInProcess(*plan, run, {}); !s.ok()) return ReportError(s);
-  const double run_ms = lap();
+  const double run_ms = watch.Lap();
   DenseAttention(*batch, 0, reference);
-  const double reference_ms = lap();
+  const double reference_ms = watch.Lap();
 
   const double tolerance = batch->shape().dtype == DType::kFloat32 ? 1e-5 : 1e-2;
   nlohmann::json errors;

@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "cli/planning.h"
+
+namespace dcp::cli {
+Result<PlannedBatch> PlanFromArgs(const BatchArgs& batch_args, const PlacementArgs& placement,
+                                  const ScheduleOptions& schedule_options) {
+  DCP_ASSIGN_OR_RETURN(Batch batch, BuildBatch(batch_args));
+  DCP_ASSIGN_OR_RETURN(BlockingOptions blocking, BuildBlockingOptions(batch_args, batch));
+  DCP_ASSIGN_OR_RETURN(Topology topology, Topology::Parse(placement.topology));
+  DCP_ASSIGN_OR_RETURN(PartitionOptions partition, BuildPartitionOptions(batch_args, placement));
+  DCP_RETURN_IF_ERROR(schedule_options.Validate());
+
+  PlanningTimes ms;
+  Stopwatch watch;
+  DCP_ASSIGN_OR_RETURN(BlockSet blocks, MakeBlocks(batch, blocking));
+  ms.blocking = watch.Lap();
+  DCP_ASSIGN_OR_RETURN(PartitionResult placed, PartitionBlocks(blocks, topology, partition));
+  ms.placement = watch.Lap();
+  DCP_ASSIGN_OR_RETURN(Schedule schedule,
+                       ScheduleDivisions(blocks, placed.placement, topology, schedule_options));
+  ms.scheduling = watch.Lap();
+  DCP_ASSIGN_OR_RETURN(Plan plan, CompilePlan(batch, blocks, placed.placement, schedule, topology));
+  ms.compile = watch.Lap();
+  return PlannedBatch{.batch = std::move(batch),
+                      .blocks = std::move(blocks),
+                      .topology = topology,
+                      .placed = std::move(placed),
+                      .plan = std::move(plan),
+                      .ms = ms};
+}
+
+}  // namespace dcp::cli

@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: Apache-2.0
+// The planning pipeline shared by `dcp plan` and `dcp run`: batch, blocks, placement, schedule and
+// plan from the command-line options, with the time of each phase.
+#pragma once
+
+#include <chrono>
+
+#include "cli/batch_args.h"
+#include "dcp/plan.h"
+#include "dcp/schedule.h"
+
+namespace dcp::cli {
+
+class Stopwatch {
+ public:
+  // Milliseconds since the previous lap (or construction).
+  double Lap() {
+    const auto now = std::chrono::steady_clock::now();
+    const double ms = std::chrono::duration<double, std::milli>(now - last_).count();
+    last_ = now;
+    return ms;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
+struct PlanningTimes {  // milliseconds per phase; building the batch itself is not counted
+  double blocking = 0, placement = 0, scheduling = 0, compile = 0;
+  double total() const { return blocking + placement + scheduling + compile; }
+};
+
+struct PlannedBatch {
+  Batch batch;
+  BlockSet blocks;
+  Topology topology;
+  PartitionResult placed;
+  Plan plan;
+  PlanningTimes ms;
+};
+
+Result<PlannedBatch> PlanFromArgs(const BatchArgs& batch_args, const PlacementArgs& placement,
+                                  const ScheduleOptions& schedule);
+
+}  // namespace dcp::cli
