@@ -29,7 +29,8 @@
 //  - Slot references a tile or op does not use are -1: forward tiles leave d_o, delta, dq and dkv
 //    unset, backward tiles leave out unset; kSum and kDelta ops leave lse_destination unset. The
 //    slices of one tile never overlap.
-//  - Messages carry whole slots (block_size tokens), also for a sequence's last, shorter block.
+//  - A message entry carries the leading bytes of its slot that hold its piece's tokens (a
+//    sequence's last block, or a baseline's shorter chunk, moves only what it has).
 //    The encoding of a plan replaces the contents of its output string.
 #pragma once
 
@@ -127,6 +128,7 @@ struct BlockwiseCopy {
 struct PeerSlots {
   DeviceId peer;
   std::vector<SlotId> slots = {};
+  std::vector<int64_t> bytes = {};  // per slot: its leading bytes that travel (the piece's tokens)
   friend bool operator==(const PeerSlots&, const PeerSlots&) = default;
 };
 

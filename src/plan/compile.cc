@@ -118,6 +118,21 @@ class Compiler {
   }
   int32_t Owner(DataBlockId b) const { return placement_.data_device[b.value].value; }
 
+  // Appends a message entry: `slot` (of type `info`) holding a piece of data block `block`; only
+  // the block's tokens travel.
+  void AddEntry(std::map<int32_t, PeerSlots>& lists, int32_t peer, SlotId slot,
+                const SlotInfo& info, int32_t block) const {
+    PeerSlots& list = lists[peer];
+    list.peer = DeviceId{peer};
+    list.slots.push_back(slot);
+    list.bytes.push_back(info.bytes / blocks_.block_size * blocks_.data_blocks[block].tokens);
+  }
+  static void EmitLaunch(State& st, CommLaunch launch, std::map<int32_t, PeerSlots> sends,
+                         std::map<int32_t, PeerSlots> recvs) {
+    for (auto& [peer, list] : sends) launch.sends.push_back(std::move(list));
+    for (auto& [peer, list] : recvs) launch.recvs.push_back(std::move(list));
+    st.builder.Emit(std::move(launch));
+  }
   void AddInputs(State& st, DeviceId device, Pass pass) const;
   void Exchange(State& st, DeviceId device, Pass pass, int32_t division, int32_t phase) const;
   void Compute(State& st, DeviceId device, Pass pass, int32_t division) const;
@@ -167,24 +182,22 @@ void Compiler::Exchange(State& st, DeviceId device, Pass pass, int32_t division,
                         int32_t phase) const {
   CommLaunch launch{
       .id = phase == 0 ? LaunchA(division) : LaunchB(division), .sends = {}, .recvs = {}};
-  std::map<int32_t, std::vector<SlotId>> sends, recvs;
+  std::map<int32_t, PeerSlots> sends, recvs;
   for (const Transfer& t : schedule_.transfers) {
     if (t.division != division || t.phase != phase) continue;
     if (t.source != device && t.destination != device) continue;
     for (TensorKind kind : SideTensors(pass, t.side)) {
       const Key key{t.block.value, t.head_group, kind};
       if (t.source == device) {
-        sends[t.destination.value].push_back(st.have.at(key));
+        AddEntry(sends, t.destination.value, st.have.at(key), types_.Of(kind), t.block.value);
       } else {
         const SlotId slot = st.builder.NewBuffer(types_.Of(kind));
-        recvs[t.source.value].push_back(slot);
+        AddEntry(recvs, t.source.value, slot, types_.Of(kind), t.block.value);
         st.have[key] = slot;
       }
     }
   }
-  for (auto& [peer, slots] : sends) launch.sends.push_back({DeviceId{peer}, std::move(slots)});
-  for (auto& [peer, slots] : recvs) launch.recvs.push_back({DeviceId{peer}, std::move(slots)});
-  st.builder.Emit(std::move(launch));
+  EmitLaunch(st, std::move(launch), std::move(sends), std::move(recvs));
 }
 
 SlotId Compiler::Accumulator(State& st, BlockwiseReduction& init, Key key) const {
@@ -261,15 +274,15 @@ void Compiler::ReduceOutputs(State& st, DeviceId device, Pass pass) const {
                              : std::vector<TensorKind>{TensorKind::kDQ, TensorKind::kDKV};
   const auto owner_of = [&](const Key& key) { return Owner(DataBlockId{key.block}); };
   BlockwiseCopy convert;
-  std::map<int32_t, std::vector<SlotId>> sends;
+  std::map<int32_t, PeerSlots> sends, recvs;
   for (const auto& [key, slot] : st.accumulator) {
     if (key.kind == TensorKind::kLse || owner_of(key) == device.value) continue;
     const SlotId packed = st.builder.NewBuffer(types_.Of(key.kind));
     convert.ops.emplace_back(slot, packed);
-    sends[owner_of(key)].push_back(packed);
+    AddEntry(sends, owner_of(key), packed, types_.Of(key.kind), key.block);
     if (key.kind == TensorKind::kO) {
-      sends[owner_of(key)].push_back(
-          st.accumulator.at({key.block, key.head_group, TensorKind::kLse}));
+      AddEntry(sends, owner_of(key), st.accumulator.at({key.block, key.head_group, TensorKind::kLse}),
+               types_.Of(TensorKind::kLse), key.block);
     }
   }
   if (!convert.ops.empty()) st.builder.Emit(std::move(convert));
@@ -282,21 +295,18 @@ void Compiler::ReduceOutputs(State& st, DeviceId device, Pass pass) const {
   CommLaunch launch{.id = LaunchOutputs(schedule_.n_divisions), .sends = {}, .recvs = {}};
   for (int32_t peer = 0; peer < topology_.devices(); ++peer) {
     if (peer == device.value) continue;
-    std::vector<SlotId> slots;
     for (const Key& key : PartialKeys(peer, pass)) {
       if (owner_of(key) != device.value) continue;
       Partial p{st.builder.NewBuffer(types_.Of(key.kind)), -1};
-      slots.push_back(p.value);
+      AddEntry(recvs, peer, p.value, types_.Of(key.kind), key.block);
       if (key.kind == TensorKind::kO) {
         p.lse = st.builder.NewBuffer(types_.Of(TensorKind::kLse));
-        slots.push_back(p.lse);
+        AddEntry(recvs, peer, p.lse, types_.Of(TensorKind::kLse), key.block);
       }
       received[{key.block, key.head_group}][key.kind].push_back(p);
     }
-    if (!slots.empty()) launch.recvs.push_back({DeviceId{peer}, std::move(slots)});
   }
-  for (auto& [peer, slots] : sends) launch.sends.push_back({DeviceId{peer}, std::move(slots)});
-  st.builder.Emit(std::move(launch));
+  EmitLaunch(st, std::move(launch), std::move(sends), std::move(recvs));
   st.builder.Emit(CommWait{.id = LaunchOutputs(schedule_.n_divisions)});
 
   BlockwiseReduction merge{.kind = ReductionKind::kLseMerge, .ops = {}};

@@ -61,14 +61,14 @@ struct Printer {
   }
   void operator()(const CommLaunch& l) {
     fmt::format_to(std::back_inserter(out), "CommLaunch {}:", l.id);
-    for (const PeerSlots& p : l.sends) {
-      fmt::format_to(std::back_inserter(out), " send to {} [{}]", p.peer.value,
-                     fmt::join(p.slots, " "));
-    }
-    for (const PeerSlots& p : l.recvs) {
-      fmt::format_to(std::back_inserter(out), " recv from {} [{}]", p.peer.value,
-                     fmt::join(p.slots, " "));
-    }
+    const auto list = [&](std::string_view verb, const PeerSlots& p) {
+      int64_t bytes = 0;
+      for (int64_t b : p.bytes) bytes += b;
+      fmt::format_to(std::back_inserter(out), " {} {} [{}] {} B", verb, p.peer.value,
+                     fmt::join(p.slots, " "), bytes);
+    };
+    for (const PeerSlots& p : l.sends) list("send to", p);
+    for (const PeerSlots& p : l.recvs) list("recv from", p);
     out += '\n';
   }
   void operator()(const CommWait& w) {

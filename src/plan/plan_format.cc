@@ -114,7 +114,8 @@ constexpr size_t kMinTileBytes = 40;
 constexpr size_t kMinSliceBytes = 34;
 constexpr size_t kMinReductionOpBytes = 16;
 constexpr size_t kMinCopyOpBytes = 8;
-constexpr size_t kMinPeerSlotsBytes = 8;
+constexpr size_t kMinPeerSlotsBytes = 12;
+constexpr size_t kMinI64Bytes = 8;
 constexpr size_t kMinSlotIdBytes = 4;
 
 // Instruction tags are the variant's alternative indices; a new alternative is a new version.
@@ -314,6 +315,7 @@ void Encode(Writer& w, const BlockwiseCopy& c) {
 void Encode(Writer& w, const PeerSlots& p) {
   w.Write(p.peer.value);
   EncodeSlots(w, p.slots);
+  w.List(p.bytes, [&](int64_t b) { w.Write(b); });
 }
 
 void Encode(Writer& w, const CommLaunch& c) {
@@ -365,7 +367,7 @@ void EncodePayload(Writer& w, const Plan& plan) {
 // What the checks of one program's contents need: the plan's tables and the program's slots.
 struct ProgramScope {
   const Plan& plan;
-  size_t slots = 0;
+  const std::vector<SlotInfo>& slots;
 };
 
 enum class SlotUse { kRequired, kOptional };  // kOptional: -1 means "no slot"
@@ -373,9 +375,9 @@ enum class SlotUse { kRequired, kOptional };  // kOptional: -1 means "no slot"
 // `field` names the slot field in errors ("q slot 99 out of range"); empty for list entries.
 Status CheckSlot(const ProgramScope& scope, SlotId slot, std::string_view field, SlotUse use) {
   if (slot == -1 && use == SlotUse::kOptional) return Status::Ok();
-  return Require(slot >= 0 && static_cast<uint64_t>(slot) < scope.slots,
+  return Require(slot >= 0 && static_cast<uint64_t>(slot) < scope.slots.size(),
                  "{}{}slot {} out of range ({} slots)", field, field.empty() ? "" : " ", slot,
-                 scope.slots);
+                 scope.slots.size());
 }
 
 Status DecodeSlots(Reader& r, const ProgramScope& scope, std::string_view noun,
@@ -487,7 +489,19 @@ Status Decode(Reader& r, const ProgramScope& scope, BlockwiseCopy* c) {
 Status Decode(Reader& r, const ProgramScope& scope, PeerSlots* p) {
   DCP_RETURN_IF_ERROR(r.Read(&p->peer.value));
   DCP_RETURN_IF_ERROR(CheckIndex(p->peer.value, scope.plan.topology.devices(), "device"));
-  return DecodeSlots(r, scope, "entry", &p->slots);
+  DCP_RETURN_IF_ERROR(DecodeSlots(r, scope, "entry", &p->slots));
+  DCP_RETURN_IF_ERROR(r.List(kMinI64Bytes, "entry byte count", &p->bytes,
+                             [&](int64_t* b) { return r.Read(b); }));
+  DCP_RETURN_IF_ERROR(Require(p->bytes.size() == p->slots.size(),
+                              "{} entry byte counts for {} entries", p->bytes.size(),
+                              p->slots.size()));
+  for (size_t k = 0; k < p->slots.size(); ++k) {
+    const int64_t capacity = scope.slots[p->slots[k]].bytes;
+    DCP_RETURN_IF_ERROR(Require(p->bytes[k] >= 0 && p->bytes[k] <= capacity,
+                                "entry {} moves {} bytes of slot {}, which holds {}", k,
+                                p->bytes[k], p->slots[k], capacity));
+  }
+  return Status::Ok();
 }
 
 Status Decode(Reader& r, const ProgramScope& scope, CommLaunch* c) {
@@ -547,7 +561,7 @@ Status Decode(Reader& r, const Plan& plan, DeviceId device, Pass pass, Program* 
   DCP_RETURN_IF_ERROR(Require(p->pass == pass, "holds a {} program", PassName(p->pass)));
   DCP_RETURN_IF_ERROR(
       r.List(kMinSlotInfoBytes, "slot", &p->slots, [&](SlotInfo* s) { return Decode(r, s); }));
-  const ProgramScope scope{plan, p->slots.size()};
+  const ProgramScope scope{plan, p->slots};
   const auto decode_binding = [&](Binding* b) { return Decode(r, scope, b); };
   DCP_RETURN_IF_ERROR(r.List(kMinBindingBytes, "input", &p->inputs, decode_binding));
   DCP_RETURN_IF_ERROR(r.List(kMinBindingBytes, "output", &p->outputs, decode_binding));

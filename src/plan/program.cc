@@ -47,7 +47,7 @@ PlanTraffic MeasureTraffic(const Plan& plan, Pass pass) {
       if (launch == nullptr) continue;
       for (const PeerSlots& send : launch->sends) {
         int64_t bytes = 0;
-        for (SlotId s : send.slots) bytes += program.slots[s].bytes;
+        for (int64_t b : send.bytes) bytes += b;
         if (plan.topology.NodeOf(send.peer) == plan.topology.NodeOf(program.device)) {
           traffic.bytes_intra_node += bytes;
         } else {

@@ -304,6 +304,12 @@ class PassValidator {
   Status Delta(SymbolicDevice& dev, const ReductionOp& op);
   Status Execute(SymbolicDevice& dev, const BlockwiseCopy& copy);
   Status Execute(SymbolicDevice& dev, const CommLaunch& launch);
+  // The bytes of a slot of type `info` that hold `c`: its piece's tokens (the whole slot when the
+  // content has no piece yet).
+  int64_t PieceBytes(const SlotInfo& info, const Content& c) const {
+    if (!c.piece) return info.bytes;
+    return info.bytes / plan_.block_size * plan_.blocks[c.piece->block.value].tokens;
+  }
   Status Execute(SymbolicDevice& dev, const CommWait& wait);
   Status CheckPeerMatches(const SymbolicDevice& dev, const CommLaunch& launch) const;
 
@@ -936,6 +942,11 @@ Status PassValidator::CheckPeerMatches(const SymbolicDevice& dev, const CommLaun
         return Status::InvalidArgument(fmt::format(
             "lists device {} with no slots (peers with nothing to exchange are absent)", peer));
       }
+      if (list[i].bytes.size() != list[i].slots.size()) {
+        return Status::InvalidArgument(
+            fmt::format("{} {} {} device {} with {} byte counts", verb,
+                        SlotCount(list[i].slots.size()), to, peer, list[i].bytes.size()));
+      }
       if (i > 0 && list[i - 1].peer.value >= peer) {
         return Status::InvalidArgument(
             fmt::format("{} lists peers out of order: device {} after device {}", verb, peer,
@@ -965,13 +976,21 @@ Status PassValidator::CheckPeerMatches(const SymbolicDevice& dev, const CommLaun
               fmt::format("{} slot {} does not exist (the program has {} slots)",
                           send ? "send" : "recv", s, dev.slots.size()));
         }
-        if (t < 0 || static_cast<size_t>(t) >= other.slots.size()) continue;  // peer reports it
-        const int64_t my_bytes = dev.program->slots[s].bytes;
-        const int64_t their_bytes = other.program->slots[t].bytes;
+        const int64_t my_bytes = list[i].bytes[k];
+        if (my_bytes < 0 || my_bytes > dev.program->slots[s].bytes) {
+          return Status::InvalidArgument(
+              fmt::format("{} slot {} moves {} bytes, but the slot holds {}",
+                          send ? "send" : "recv", s, my_bytes, dev.program->slots[s].bytes));
+        }
+        if (t < 0 || static_cast<size_t>(t) >= other.slots.size() ||
+            k >= match->bytes.size()) {
+          continue;  // the peer reports its own defect
+        }
+        const int64_t their_bytes = match->bytes[k];
         if (my_bytes != their_bytes) {
           return Status::InvalidArgument(fmt::format(
-              "{} slot {} ({} bytes) is position {} of the exchange with device {}, whose slot {} "
-              "there has {} bytes",
+              "{} slot {} moves {} bytes as position {} of the exchange with device {}, whose "
+              "slot {} there moves {} bytes",
               send ? "send" : "recv", s, my_bytes, k, peer, t, their_bytes));
         }
       }
@@ -990,6 +1009,12 @@ Status PassValidator::Execute(SymbolicDevice& dev, const CommLaunch& launch) {
       if (c->type == Content::Type::kEmpty) {
         return Status::InvalidArgument(
             fmt::format("sends slot {}, which holds nothing", p.slots[k]));
+      }
+      const int64_t expected = PieceBytes(dev.program->slots[p.slots[k]], *c);
+      if (p.bytes[k] != expected) {
+        return Status::InvalidArgument(
+            fmt::format("sends {} bytes of slot {}, which holds {} ({} bytes)", p.bytes[k],
+                        p.slots[k], Describe(*c), expected));
       }
       box.push_back(*c);
     }

@@ -272,14 +272,17 @@ class DeviceRun {
     std::vector<RecvBuffer> recvs;
     for (const PeerSlots& p : l.sends) {
       std::vector<std::byte>& buffer = x.send.emplace_back();
-      for (SlotId s : p.slots) buffer.insert(buffer.end(), slots_[s].begin(), slots_[s].end());
+      for (size_t k = 0; k < p.slots.size(); ++k) {
+        const auto begin = slots_[p.slots[k]].begin();
+        buffer.insert(buffer.end(), begin, begin + p.bytes[k]);
+      }
       sends.push_back({p.peer, buffer.data(), buffer.size()});
     }
     for (const PeerSlots& p : l.recvs) {
-      size_t bytes = 0;
-      for (SlotId s : p.slots) bytes += slots_[s].size();
-      std::vector<std::byte>& buffer = x.recv.emplace_back(bytes);
-      x.recv_slots.push_back(p.slots);
+      int64_t bytes = 0;
+      for (int64_t b : p.bytes) bytes += b;
+      std::vector<std::byte>& buffer = x.recv.emplace_back(static_cast<size_t>(bytes));
+      x.recv_lists.push_back(&p);
       recvs.push_back({p.peer, buffer.data(), buffer.size()});
     }
     return comm_.Launch(l.id, std::move(sends), std::move(recvs));
@@ -292,9 +295,10 @@ class DeviceRun {
       return Status::Internal(fmt::format("wait {} without launch", w.id));
     for (size_t i = 0; i < it->second.recv.size(); ++i) {
       const std::byte* from = it->second.recv[i].data();
-      for (SlotId s : it->second.recv_slots[i]) {
-        std::copy_n(from, slots_[s].size(), slots_[s].begin());
-        from += slots_[s].size();
+      const PeerSlots& list = *it->second.recv_lists[i];
+      for (size_t k = 0; k < list.slots.size(); ++k) {
+        std::copy_n(from, list.bytes[k], slots_[list.slots[k]].begin());
+        from += list.bytes[k];
       }
     }
     exchanges_.erase(it);
@@ -303,7 +307,7 @@ class DeviceRun {
 
   struct Exchange {
     std::vector<std::vector<std::byte>> send, recv;
-    std::vector<std::vector<SlotId>> recv_slots;
+    std::vector<const PeerSlots*> recv_lists;  // point into the program
   };
 
   const Plan& plan_;

@@ -125,6 +125,23 @@ inline PeerSlots Peer(int32_t device, std::vector<SlotId> slots) {
   return PeerSlots{.peer = DeviceId{device}, .slots = std::move(slots)};
 }
 
+// Every piece of the fixtures is a whole block, so every message entry moves its whole slot.
+inline std::vector<Program> WithWholeSlotsMoving(std::vector<Program> programs) {
+  for (Program& program : programs) {
+    for (Instruction& instruction : program.instructions) {
+      auto* launch = std::get_if<CommLaunch>(&instruction);
+      if (launch == nullptr) continue;
+      for (auto* list : {&launch->sends, &launch->recvs}) {
+        for (PeerSlots& p : *list) {
+          p.bytes.clear();
+          for (SlotId s : p.slots) p.bytes.push_back(program.slots[s].bytes);
+        }
+      }
+    }
+  }
+  return programs;
+}
+
 // A kLseMerge op initialising (out, lse), or merging sources into them.
 inline ReductionOp MergeOp(SlotId out, SlotId lse, std::vector<SlotId> sources = {},
                            std::vector<SlotId> lse_sources = {}) {
@@ -180,7 +197,7 @@ inline std::vector<Program> TwoBlockCausalForward() {
       CommWait{.id = 1},
       BlockwiseReduction{.kind = ReductionKind::kLseMerge, .ops = {MergeOp(6, 7, {2, 4}, {3, 5})}},
   };
-  return {d0, d1};
+  return WithWholeSlotsMoving({d0, d1});
 }
 
 inline std::vector<Program> TwoBlockCausalBackward() {
@@ -240,7 +257,7 @@ inline std::vector<Program> TwoBlockCausalBackward() {
       BlockwiseReduction{.kind = ReductionKind::kSum, .ops = {SumOp(9, {6, 8})}},
       BlockwiseCopy{.ops = {{7, 10}}},
   };
-  return {d0, d1};
+  return WithWholeSlotsMoving({d0, d1});
 }
 
 // The whole plan; see the file comment for its programs.

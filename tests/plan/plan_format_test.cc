@@ -120,6 +120,8 @@ class PlanGenerator {
                          OneIn(rng_, 8) ? kMaxSlotBytes : Uniform(rng_, 0, 1 << 20)});
     }
     n_slots_ = n_slots;
+    slot_bytes_.clear();
+    for (const SlotInfo& info : p.slots) slot_bytes_.push_back(info.bytes);
     if (n_slots == 0) return p;  // nothing can refer to a slot
     for (auto* bindings : {&p.inputs, &p.outputs}) {
       const int64_t n = Uniform(rng_, 0, 5);
@@ -236,7 +238,10 @@ class PlanGenerator {
   std::vector<PeerSlots> RandomPeers() {
     std::vector<PeerSlots> peers;
     for (int32_t d = 0; d < plan_.topology.devices(); ++d) {
-      if (OneIn(rng_, 3)) peers.push_back({DeviceId{d}, Slots(Uniform(rng_, 0, 3))});
+      if (!OneIn(rng_, 3)) continue;
+      PeerSlots p{DeviceId{d}, Slots(Uniform(rng_, 0, 3))};
+      for (SlotId s : p.slots) p.bytes.push_back(Uniform(rng_, 0, slot_bytes_[s]));
+      peers.push_back(std::move(p));
     }
     return peers;
   }
@@ -245,6 +250,7 @@ class PlanGenerator {
   Plan plan_;
   std::vector<std::vector<DataBlockId>> sequence_blocks_;
   int64_t n_slots_ = 0;
+  std::vector<int64_t> slot_bytes_;  // capacities of the program being made
 };
 
 Plan RandomPlan(uint64_t seed) { return PlanGenerator(seed).Make(); }
@@ -300,7 +306,7 @@ Program FixtureProgram(DeviceId device, Pass pass) {
       BlockwiseAttention{pass, 1, {tile}},
       BlockwiseReduction{ReductionKind::kLseMerge, {ReductionOp{2, {2}, 3, {3}}}},
       BlockwiseCopy{{{2, 0}}},
-      CommLaunch{7, {PeerSlots{peer, {0}}}, {PeerSlots{peer, {1}}}},
+      CommLaunch{7, {PeerSlots{peer, {0}, {64}}}, {PeerSlots{peer, {1}, {100}}}},
       CommWait{7},
   };
   return p;
@@ -418,7 +424,7 @@ TEST(PlanFormat, HeaderHoldsMagicVersionLengthAndChecksum) {
     return v;
   };
   EXPECT_EQ(bytes.substr(0, 8), std::string("DCPPLAN\0", 8));
-  EXPECT_EQ(bytes.substr(8, 4), std::string("\x01\x00\x00\x00", 4));
+  EXPECT_EQ(bytes.substr(8, 4), std::string("\x02\x00\x00\x00", 4));
   EXPECT_EQ(u64_at(12), bytes.size() - kHeader);
   EXPECT_EQ(u64_at(20), internal::PlanChecksum(std::string_view(bytes).substr(kHeader)));
 }
@@ -443,7 +449,7 @@ TEST(PlanFormat, SmallestPlanMatchesTheDocumentedExample) {
   const std::string bytes = Encode(SmallestPlan());
   EXPECT_EQ(bytes.substr(kHeader), payload);
   EXPECT_EQ(bytes.substr(0, kHeader),
-            std::string("DCPPLAN\0", 8) + u32(1) + u64(134) + u64(0xB89BC89B16AE80BBULL));
+            std::string("DCPPLAN\0", 8) + u32(2) + u64(134) + u64(0xB89BC89B16AE80BBULL));
 }
 
 TEST(PlanFormat, EncodeReplacesWhatTheOutputHeld) {
@@ -539,13 +545,13 @@ TEST(PlanDecode, WrongMagicIsCorrupt) {
 }
 
 TEST(PlanDecode, OtherVersionIsUnsupportedNamingBothVersions) {
-  for (uint32_t version : {0u, 2u, 0xffffffffu}) {
+  for (uint32_t version : {0u, 1u, 3u, 0xffffffffu}) {
     std::string bytes = Encode(SmallestPlan());
     PutLittleEndian(&bytes, internal::kPlanVersionOffset, version, 4);
     const Status status = DecodeStatus(bytes);
     EXPECT_EQ(status.code(), StatusCode::kUnsupported);
     EXPECT_EQ(status.message(), fmt::format("plan: format version {} is not supported (this build "
-                                            "reads version 1)",
+                                            "reads version 2)",
                                             version));
   }
 }

@@ -106,9 +106,31 @@ TEST(ValidatePlan, RejectsAPeerTheOtherSideDoesNotList) {
 TEST(ValidatePlan, RejectsMismatchedSlotSizes) {
   Plan plan = TwoBlockCausalPlan();
   plan.forward[1].slots[5].bytes = 32;
+  ExpectInvalid(plan, "recv slot 5 moves 64 bytes, but the slot holds 32");
+}
+
+TEST(ValidatePlan, RejectsMismatchedMessageBytes) {
+  Plan plan = TwoBlockCausalPlan();
+  std::get<CommLaunch>(plan.forward[1].instructions[4]).recvs[0].bytes[1] = 32;
   ExpectInvalid(plan,
-                "recv slot 5 (32 bytes) is position 1 of the exchange with device 0, whose slot 6 "
-                "there has 64 bytes");
+                "recv slot 5 moves 32 bytes as position 1 of the exchange with device 0, whose "
+                "slot 6 there moves 64 bytes");
+}
+
+TEST(ValidatePlan, RejectsASendOfMoreOrLessThanItsPiece) {
+  Plan plan = TwoBlockCausalPlan();
+  auto& sends = std::get<CommLaunch>(plan.forward[0].instructions[5]).sends[0];
+  auto& recvs = std::get<CommLaunch>(plan.forward[1].instructions[4]).recvs[0];
+  sends.bytes[1] = recvs.bytes[1] = 32;
+  ExpectInvalid(plan,
+                "device 0, instruction 5 (CommLaunch 1): sends 32 bytes of slot 6, which holds an "
+                "LSE accumulator of block 1/group 0 with 1 compute block (64 bytes)");
+}
+
+TEST(ValidatePlan, RejectsByteCountsThatDoNotMatchTheSlots) {
+  Plan plan = TwoBlockCausalPlan();
+  std::get<CommLaunch>(plan.forward[0].instructions[5]).sends[0].bytes.pop_back();
+  ExpectInvalid(plan, "sends 2 slots to device 1 with 1 byte counts");
 }
 
 TEST(ValidatePlan, RejectsReadingASlotBeforeItsWait) {
