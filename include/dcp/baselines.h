@@ -1,12 +1,68 @@
 // SPDX-License-Identifier: Apache-2.0
-// Static context-parallel strategies expressed in dcp's own terms, so they are measured with the
-// same model and, later, run on the same executor and simulator (issue 6).
+// Static context-parallel strategies expressed in dcp's own IR (Placement + Schedule, compiled by
+// CompilePlan), so they are measured with the same cost model, replayed by the same simulator and
+// executed by the same runtime as dcp's own plans.
+//
+// Every strategy first lays the packed batch out the static way (each sequence cut into the same
+// number of chunks, spread over the devices), then follows its own communication steps:
+//  - ring:     each sequence in P chunks, device r holds chunk r; P - 1 ring steps pass KV to the
+//              next device; every tile is computed where its queries live.
+//  - zigzag:   2P chunks, device r holds chunks r and 2P - 1 - r; ring steps as above.
+//  - ulysses:  head-parallel: each device holds 1/P of every sequence's tokens; one all-to-all
+//              gives device g head group g of all tokens, one all-to-all returns O. Needs P to
+//              divide the KV heads (no KV-head replication).
+//  - te:       TransformerEngine a2a+p2p: an all-to-all over heads inside groups of h = min(KV
+//              heads, P) devices, then a zigzag ring of P / h steps across the groups.
+//  - loongtrain: LoongTrain double ring: head parallel h = min(KV heads, P) as te, the P / h
+//              context ranks form outer rings of inner rings of `inner_ring` ranks; KV goes round
+//              the inner ring, then moves one hop on the outer ring.
+// A ring step is one division (division 0 holds only tiles whose inputs are all local). Chunks are
+// nearly equal (sizes differ by at most one token); the padding the real systems need (TE and
+// zigzag: every sequence to a multiple of 2P tokens) is reported in `padded_tokens`, not computed.
+// Fully masked tiles are skipped in computation, the communication pattern stays the strategy's.
+// Differences from the real systems, common to all strategies in this IR: the backward pass
+// fetches Q and KV again (the real ones keep them from the forward), and partial dKV returns to
+// its owner at the end of the pass instead of travelling with KV round the ring.
 #pragma once
 
+#include <string_view>
+
+#include "dcp/batch.h"
 #include "dcp/blocks.h"
 #include "dcp/partition.h"
+#include "dcp/plan.h"
+#include "dcp/status.h"
 
 namespace dcp {
+
+enum class Strategy : uint8_t { kDcp, kRing, kZigzag, kUlysses, kTe, kLoongTrain };
+
+// "dcp", "ring", "zigzag", "ulysses", "te", "loongtrain".
+std::string_view ToString(Strategy strategy);
+Result<Strategy> ParseStrategy(std::string_view name);
+
+struct BaselineOptions {
+  Topology topology = {};
+  // LoongTrain: context ranks per inner ring; must divide P / h. (The paper searches 1, 2, 4, 8
+  // and keeps the fastest; callers with a cost model do that search.)
+  int32_t inner_ring = 1;
+
+  Status Validate() const;
+};
+
+struct BaselinePlan {
+  BlockSet blocks;     // the strategy's chunks as data blocks, their tiles as compute blocks
+  Placement placement;
+  Schedule schedule;
+  Plan plan;
+  int64_t padded_tokens = 0;  // tokens the real system would add to meet its divisibility rule
+};
+
+// Plans `batch` the way `strategy` (not kDcp) would. Returns InvalidArgument for bad options and
+// Unsupported where the strategy cannot run the batch on the topology (ulysses when P does not
+// divide the KV heads), with the reason.
+Result<BaselinePlan> PlanBaseline(Strategy strategy, const Batch& batch,
+                                  const BaselineOptions& options);
 
 // ZigZag ring attention's placement at block granularity: every sequence is cut into 2P chunks
 // (P = devices), device r holds chunks r and 2P-1-r, and each tile is computed where its queries

@@ -1,0 +1,275 @@
+// SPDX-License-Identifier: Apache-2.0
+// The static strategies as Placement + Schedule. One description covers all of them:
+//
+//   C context ranks ("ring positions") x h head ranks; device D(r, j) = r * h + j, so a head group
+//   of devices is consecutive (inside a node when h divides the devices per node).
+//   Every sequence is cut into `chunks` chunks; chunk k sits at ring position Position(k) (k for
+//   ring, the zigzag pairing for 2C chunks); each chunk is cut into h sub-chunks, sub-chunk j
+//   owned by D(r, j). Sub-chunks are the data blocks.
+//   Device D(r, g) computes head group g of every tile whose queries are at position r: at ring
+//   step s it holds the KV of position Source(r, s). Step 0 is its own position.
+//   With h > 1, an all-to-all first gives D(r, g) head group g of all of position r's sub-chunks
+//   (division 1); division 0 is empty. With h = 1, step s is division s.
+//   At every later step each device receives, from its ring predecessor, the KV that predecessor
+//   held (the whole position's KV, needed or not: the pattern is the strategy's, not the mask's).
+#include <algorithm>
+#include <numeric>
+#include <tuple>
+
+#include "dcp/baselines.h"
+#include "dcp/schedule.h"
+
+namespace dcp {
+namespace {
+
+struct Layout {
+  Strategy strategy = Strategy::kRing;
+  int32_t ranks = 1;        // C: context ranks, the ring length
+  int32_t heads = 1;        // h: head ranks (head groups)
+  int32_t chunks = 1;       // chunks per sequence: C (ring) or 2C (zigzag pairing)
+  int32_t inner_ring = 1;   // loongtrain: ranks per inner ring (1 or C: a plain ring)
+
+  int32_t Device(int32_t position, int32_t head) const { return position * heads + head; }
+  int32_t Position(int32_t chunk) const {
+    return chunk < ranks ? chunk : 2 * ranks - 1 - chunk;
+  }
+  // Ring step (0 .. C-1) at which position `r` holds the KV of position `kv`.
+  int32_t Step(int32_t r, int32_t kv) const {
+    const int32_t w = inner_ring;
+    const int32_t outer = Mod(r / w - kv / w, ranks / w), inner = Mod(r % w - kv % w, w);
+    return outer * w + inner;
+  }
+  // The position whose KV `r` holds at step s, and the position it got it from.
+  int32_t Source(int32_t r, int32_t s) const {
+    const int32_t w = inner_ring, outers = ranks / w;
+    return Mod(r / w - s / w, outers) * w + Mod(r % w - s % w, w);
+  }
+  int32_t Predecessor(int32_t r, int32_t s) const {
+    const int32_t w = inner_ring, outers = ranks / w;
+    if (s % w != 0) return (r / w) * w + Mod(r % w - 1, w);  // inner ring hop
+    return Mod(r / w - 1, outers) * w + r % w;              // outer ring hop
+  }
+  int32_t FirstRingDivision() const { return heads > 1 ? 1 : 0; }
+
+  static int32_t Mod(int32_t a, int32_t m) { return ((a % m) + m) % m; }
+};
+
+Result<Layout> MakeLayout(Strategy strategy, const AttentionShape& shape,
+                          const BaselineOptions& options) {
+  const int32_t p = options.topology.devices();
+  const auto head_ranks = static_cast<int32_t>(std::gcd(shape.kv_heads, int64_t{p}));
+  Layout layout{.strategy = strategy};
+  switch (strategy) {
+    case Strategy::kRing:
+      layout.ranks = p;
+      layout.chunks = p;
+      break;
+    case Strategy::kZigzag:
+      layout.ranks = p;
+      layout.chunks = 2 * p;
+      break;
+    case Strategy::kUlysses:
+      if (shape.kv_heads % p != 0) {
+        return Status::Unsupported(fmt::format(
+            "ulysses needs the devices ({}) to divide the KV heads ({}): each device computes "
+            "whole KV heads",
+            p, shape.kv_heads));
+      }
+      layout.heads = p;
+      break;
+    case Strategy::kTe:
+    case Strategy::kLoongTrain:
+      layout.heads = head_ranks;
+      layout.ranks = p / head_ranks;
+      layout.chunks = 2 * layout.ranks;
+      if (strategy == Strategy::kLoongTrain) {
+        if (layout.ranks % options.inner_ring != 0) {
+          return Status::InvalidArgument(
+              fmt::format("loongtrain: inner ring of {} ranks does not divide the {} context "
+                          "ranks",
+                          options.inner_ring, layout.ranks));
+        }
+        layout.inner_ring = options.inner_ring;
+      }
+      break;
+    case Strategy::kDcp:
+      return Status::InvalidArgument("dcp is not a baseline: plan it with the planner");
+  }
+  if (strategy != Strategy::kLoongTrain) layout.inner_ring = layout.ranks;
+  return layout;
+}
+
+// Tokens the real system pads to: zigzag-style chunking needs every sequence to be a multiple of
+// 2P tokens, ring of P, ulysses the packed batch of P.
+int64_t PaddedTokens(const Layout& layout, const Batch& batch, int32_t devices) {
+  const auto pad = [](int64_t n, int64_t multiple) { return (multiple - n % multiple) % multiple; };
+  if (layout.strategy == Strategy::kUlysses) return pad(batch.total_tokens(), devices);
+  const int64_t multiple = layout.strategy == Strategy::kRing ? devices : 2 * int64_t{devices};
+  int64_t padded = 0;
+  for (int64_t length : batch.seqlens()) padded += pad(length, multiple);
+  return padded;
+}
+
+// Cuts every sequence into chunks x h nearly equal sub-chunks (empty ones dropped), places them,
+// and makes the tiles.
+void MakeBlocksAndPlacement(const Layout& layout, const Batch& batch, BaselinePlan* out) {
+  BlockSet& set = out->blocks;
+  set.head_groups = layout.heads;
+  set.shape = batch.shape();
+  const DataBlockBytes per_token = BytesPerToken(set.shape);
+  const int64_t heads_per_group = set.shape.heads / layout.heads;
+  const int64_t pieces = int64_t{layout.chunks} * layout.heads;
+  std::vector<int32_t> position;  // per data block: its chunk's ring position
+  int64_t batch_token = 0;
+  for (size_t s = 0; s < batch.seqlens().size(); ++s) {
+    const int64_t length = batch.seqlens()[s];
+    const auto first = static_cast<int32_t>(set.data_blocks.size());
+    set.sequence_first_block.push_back(first);
+    for (int64_t m = 0; m < pieces; ++m) {
+      const int64_t begin = m * length / pieces, end = (m + 1) * length / pieces;
+      if (begin == end) continue;
+      const int64_t tokens = end - begin;
+      const auto chunk = static_cast<int32_t>(m / layout.heads);
+      const auto head = static_cast<int32_t>(m % layout.heads);
+      set.data_blocks.push_back(DataBlock{
+          .sequence = SequenceId{static_cast<int32_t>(s)},
+          .index_in_sequence = static_cast<int32_t>(set.data_blocks.size()) - first,
+          .token_begin = begin,
+          .tokens = tokens,
+          .batch_token_begin = batch_token + begin,
+          .bytes = {.q = per_token.q * tokens,
+                    .kv = per_token.kv * tokens,
+                    .o = per_token.o * tokens,
+                    .lse = per_token.lse * tokens,
+                    .d_o = per_token.d_o * tokens,
+                    .dq = per_token.dq * tokens,
+                    .dkv = per_token.dkv * tokens}});
+      set.block_size = std::max(set.block_size, tokens);
+      position.push_back(layout.Position(chunk));
+      out->placement.data_device.push_back(DeviceId{layout.Device(position.back(), head)});
+    }
+    batch_token += length;
+    const Mask& mask = batch.masks()[s];
+    set.mask_area += mask.TotalArea();
+    set.causal_area += CausalArea(length);
+    const auto last = static_cast<int32_t>(set.data_blocks.size());
+    for (int32_t g = 0; g < layout.heads; ++g) {
+      for (int32_t q = first; q < last; ++q) {
+        const DataBlock& qb = set.data_blocks[q];
+        for (int32_t kv = first; kv < last; ++kv) {
+          const DataBlock& kb = set.data_blocks[kv];
+          const int64_t area = mask.Area(qb.token_begin, qb.token_begin + qb.tokens,
+                                         kb.token_begin, kb.token_begin + kb.tokens);
+          if (area == 0) continue;
+          set.compute_blocks.push_back(
+              ComputeBlock{.sequence = qb.sequence,
+                           .head_group = g,
+                           .q_block = DataBlockId{q},
+                           .kv_block = DataBlockId{kv},
+                           .area = area,
+                           .flops_fwd = 4 * area * set.shape.head_dim * heads_per_group,
+                           .flops_bwd = 10 * area * set.shape.head_dim * heads_per_group});
+          out->placement.compute_device.push_back(DeviceId{layout.Device(position[q], g)});
+          out->schedule.compute_division.push_back(layout.FirstRingDivision() +
+                                                   layout.Step(position[q], position[kv]));
+          set.flops_fwd += set.compute_blocks.back().flops_fwd;
+          set.flops_bwd += set.compute_blocks.back().flops_bwd;
+        }
+      }
+    }
+  }
+  set.sequence_first_block.push_back(static_cast<int32_t>(set.data_blocks.size()));
+
+  // Transfers. The all-to-all: every sub-chunk's other head groups to their head ranks.
+  std::vector<Transfer>& transfers = out->schedule.transfers;
+  std::vector<std::vector<int32_t>> blocks_at(layout.ranks);  // data blocks per ring position
+  for (int32_t b = 0; b < static_cast<int32_t>(set.data_blocks.size()); ++b) {
+    blocks_at[position[b]].push_back(b);
+  }
+  const int32_t first_ring = layout.FirstRingDivision();
+  if (layout.heads > 1) {
+    for (int32_t b = 0; b < static_cast<int32_t>(set.data_blocks.size()); ++b) {
+      const DeviceId owner = out->placement.data_device[b];
+      for (int32_t g = 0; g < layout.heads; ++g) {
+        const DeviceId to{layout.Device(position[b], g)};
+        if (to == owner) continue;
+        for (Side side : {Side::kRow, Side::kColumn}) {
+          transfers.push_back(Transfer{.block = DataBlockId{b}, .head_group = g, .side = side,
+                                       .source = owner, .destination = to, .division = 1});
+        }
+      }
+    }
+  }
+  // The ring steps: each device gets, from its predecessor, the KV of the position it works on.
+  for (int32_t s = 1; s < layout.ranks; ++s) {
+    for (int32_t r = 0; r < layout.ranks; ++r) {
+      const int32_t from = layout.Predecessor(r, s);
+      for (int32_t b : blocks_at[layout.Source(r, s)]) {
+        for (int32_t g = 0; g < layout.heads; ++g) {
+          transfers.push_back(Transfer{.block = DataBlockId{b},
+                                       .head_group = g,
+                                       .side = Side::kColumn,
+                                       .source = DeviceId{layout.Device(from, g)},
+                                       .destination = DeviceId{layout.Device(r, g)},
+                                       .division = first_ring + s});
+        }
+      }
+    }
+  }
+  std::stable_sort(transfers.begin(), transfers.end(), [](const Transfer& a, const Transfer& b) {
+    return std::tie(a.division, a.phase, a.source, a.destination) <
+           std::tie(b.division, b.phase, b.source, b.destination);
+  });
+  out->schedule.n_divisions = first_ring + layout.ranks;
+}
+
+}  // namespace
+
+std::string_view ToString(Strategy strategy) {
+  switch (strategy) {
+    case Strategy::kDcp:
+      return "dcp";
+    case Strategy::kRing:
+      return "ring";
+    case Strategy::kZigzag:
+      return "zigzag";
+    case Strategy::kUlysses:
+      return "ulysses";
+    case Strategy::kTe:
+      return "te";
+    case Strategy::kLoongTrain:
+      return "loongtrain";
+  }
+  return "unknown";
+}
+
+Result<Strategy> ParseStrategy(std::string_view name) {
+  for (Strategy s : {Strategy::kDcp, Strategy::kRing, Strategy::kZigzag, Strategy::kUlysses,
+                     Strategy::kTe, Strategy::kLoongTrain}) {
+    if (ToString(s) == name) return s;
+  }
+  return Status::InvalidArgument(fmt::format(
+      "unknown strategy '{}' (expected dcp, ring, zigzag, ulysses, te or loongtrain)", name));
+}
+
+Status BaselineOptions::Validate() const {
+  DCP_RETURN_IF_ERROR(topology.Validate());
+  if (inner_ring < 1) {
+    return Status::InvalidArgument(fmt::format("inner_ring={} is not positive", inner_ring));
+  }
+  return Status::Ok();
+}
+
+Result<BaselinePlan> PlanBaseline(Strategy strategy, const Batch& batch,
+                                  const BaselineOptions& options) {
+  DCP_RETURN_IF_ERROR(options.Validate());
+  DCP_ASSIGN_OR_RETURN(const Layout layout, MakeLayout(strategy, batch.shape(), options));
+  BaselinePlan out;
+  MakeBlocksAndPlacement(layout, batch, &out);
+  out.padded_tokens = PaddedTokens(layout, batch, options.topology.devices());
+  DCP_ASSIGN_OR_RETURN(out.plan, CompilePlan(batch, out.blocks, out.placement, out.schedule,
+                                             options.topology));
+  return out;
+}
+
+}  // namespace dcp

@@ -1,0 +1,257 @@
+// SPDX-License-Identifier: Apache-2.0
+// The static baselines: their plans must be valid, compute exactly what the dense reference
+// computes, and move data the way the strategy does (checked against counts made by hand).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <numeric>
+#include <random>
+#include <set>
+#include <tuple>
+
+#include "dcp/baselines.h"
+#include "dcp/runtime.h"
+
+namespace dcp {
+namespace {
+
+constexpr Strategy kBaselines[] = {Strategy::kRing, Strategy::kZigzag, Strategy::kUlysses,
+                                   Strategy::kTe, Strategy::kLoongTrain};
+
+const char* const kMasks[] = {
+    "causal",
+    "full",
+    "sliding-window:window=37",
+    "lambda:sink=5,window=40",
+    "causal-blockwise:block=16,local=2",
+    "shared-question:question=0.25,answers=3",
+    "documents:count=3",
+    "modality:image=12,text=20",
+};
+
+Batch MakeBatch(std::vector<int64_t> lengths, const char* mask, AttentionShape shape) {
+  std::vector<MaskSpec> masks;
+  for (int64_t l : lengths) {
+    masks.push_back(*MaskSpec::Parse(mask[0] == 'd' && l < 3 ? "causal" : mask));
+  }
+  auto batch = Batch::Create(std::move(lengths), std::move(masks), shape);
+  DCP_CHECK(batch.ok(), "{}", batch.status().ToString());
+  return *std::move(batch);
+}
+
+void FillInputs(uint64_t seed, DType dtype, BatchTensors& t) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (std::vector<float>* v : {&t.q, &t.k, &t.v, &t.d_o}) {
+    for (float& x : *v) {
+      x = u(rng);
+      if (dtype == DType::kBFloat16) x = Bf16ToFloat(FloatToBf16(x));
+    }
+  }
+}
+
+// The context ranks a te / loongtrain layout has on this shape and topology.
+int32_t ContextRanks(const AttentionShape& shape, const Topology& topology) {
+  return topology.devices() / static_cast<int32_t>(std::gcd(shape.kv_heads, int64_t{topology.devices()}));
+}
+
+TEST(PlanBaseline, EveryStrategyMatchesTheDenseReference) {
+  int ran = 0;
+  for (uint64_t seed = 0; seed < 100; ++seed) {
+    std::mt19937_64 rng(seed);
+    const Strategy strategy = kBaselines[seed % std::size(kBaselines)];
+    std::vector<int64_t> lengths(1 + rng() % 3);
+    for (int64_t& l : lengths) {
+      l = rng() % 6 == 0 ? 1 + static_cast<int64_t>(rng() % 3)
+                         : 3 + static_cast<int64_t>(rng() % 120);
+    }
+    const int64_t kv_heads[] = {8, 2, 1};
+    const AttentionShape shape{.heads = 8,
+                               .kv_heads = kv_heads[rng() % 3],
+                               .head_dim = 8,
+                               .dtype = rng() % 2 ? DType::kFloat32 : DType::kBFloat16};
+    Topology topology{.nodes = 1 + static_cast<int32_t>(rng() % 2),
+                      .devices_per_node = 1 + static_cast<int32_t>(rng() % 4)};
+    if (strategy == Strategy::kUlysses) {  // ulysses needs P | kv_heads
+      topology = {.nodes = 1, .devices_per_node = static_cast<int32_t>(shape.kv_heads)};
+    }
+    BaselineOptions options{.topology = topology};
+    if (strategy == Strategy::kLoongTrain) {
+      const int32_t ranks = ContextRanks(shape, topology);
+      for (int32_t w : {4, 2, 1}) {
+        if (ranks % w == 0 && rng() % 2 == 0) {
+          options.inner_ring = w;
+          break;
+        }
+      }
+    }
+    const char* mask = kMasks[rng() % std::size(kMasks)];
+    SCOPED_TRACE(::testing::Message()
+                 << "seed " << seed << " " << ToString(strategy) << " mask " << mask
+                 << " topology " << topology.ToString() << " kv_heads " << shape.kv_heads
+                 << " inner ring " << options.inner_ring << " " << ToString(shape.dtype));
+    const Batch batch = MakeBatch(lengths, mask, shape);
+    auto planned = PlanBaseline(strategy, batch, options);
+    ASSERT_TRUE(planned.ok()) << planned.status().ToString();
+    const Status valid = ValidatePlan(planned->plan);
+    ASSERT_TRUE(valid.ok()) << valid.ToString();
+
+    BatchTensors run = BatchTensors::ZerosFor(planned->plan);
+    FillInputs(seed, shape.dtype, run);
+    BatchTensors reference = run;
+    ASSERT_TRUE(RunPlanInProcess(planned->plan, run, {}, 10.0).ok());
+    DenseAttention(batch, 0, reference);
+    const double tolerance = shape.dtype == DType::kFloat32 ? 1e-5 : 1e-2;
+    for (const auto& [name, actual, expected] :
+         {std::tuple{"O", &run.o, &reference.o}, std::tuple{"LSE", &run.lse, &reference.lse},
+          std::tuple{"dQ", &run.dq, &reference.dq}, std::tuple{"dK", &run.dk, &reference.dk},
+          std::tuple{"dV", &run.dv, &reference.dv}}) {
+      EXPECT_LE(CompareTensors(*actual, *expected).relative, tolerance) << name;
+    }
+    ++ran;
+  }
+  EXPECT_EQ(ran, 100);
+}
+
+// (source, destination) -> bytes of every message of a pass, the output exchange included.
+std::map<std::pair<int32_t, int32_t>, int64_t> Messages(const Plan& plan, Pass pass) {
+  std::map<std::pair<int32_t, int32_t>, int64_t> messages;
+  for (const Program& p : pass == Pass::kForward ? plan.forward : plan.backward) {
+    for (const Instruction& instruction : p.instructions) {
+      if (const auto* launch = std::get_if<CommLaunch>(&instruction)) {
+        for (const PeerSlots& send : launch->sends) {
+          for (int64_t b : send.bytes) messages[{p.device.value, send.peer.value}] += b;
+        }
+      }
+    }
+  }
+  return messages;
+}
+
+const AttentionShape kShape{.heads = 4, .kv_heads = 2, .head_dim = 8, .dtype = DType::kBFloat16};
+constexpr int64_t kKvBytesPerToken = 2 * 2 * 8 * 2;  // K and V, 2 KV heads, d 8, bf16
+constexpr int64_t kQBytesPerToken = 4 * 8 * 2;
+
+TEST(PlanBaseline, RingPassesKvToTheNextDeviceInPMinusOneSteps) {
+  const Topology topology{.nodes = 2, .devices_per_node = 2};
+  const Batch batch = MakeBatch({64, 32}, "causal", kShape);
+  auto planned = PlanBaseline(Strategy::kRing, batch, {.topology = topology});
+  ASSERT_TRUE(planned.ok());
+  EXPECT_EQ(planned->plan.n_divisions, 4);
+  EXPECT_EQ(planned->padded_tokens, 0);
+  // Every device sends the KV of one chunk of each sequence (16 + 8 tokens) in each of 3 steps,
+  // and only to its successor; queries and outputs never move.
+  const auto messages = Messages(planned->plan, Pass::kForward);
+  ASSERT_EQ(messages.size(), 4u);
+  for (const auto& [ends, bytes] : messages) {
+    EXPECT_EQ(ends.second, (ends.first + 1) % 4);
+    EXPECT_EQ(bytes, 3 * 24 * kKvBytesPerToken);
+  }
+  // Chunk r of every sequence is on device r.
+  for (size_t b = 0; b < planned->blocks.data_blocks.size(); ++b) {
+    EXPECT_EQ(planned->placement.data_device[b].value,
+              planned->blocks.data_blocks[b].index_in_sequence);
+  }
+}
+
+TEST(PlanBaseline, ZigzagPairsChunksAndBalancesCausalWork) {
+  const Topology topology{.nodes = 1, .devices_per_node = 4};
+  const Batch batch = MakeBatch({80, 10}, "causal", kShape);
+  auto planned = PlanBaseline(Strategy::kZigzag, batch, {.topology = topology});
+  ASSERT_TRUE(planned.ok());
+  // The 80-token sequence is in 8 chunks of 10: device r holds chunks r and 7 - r.
+  for (size_t b = 0; b < planned->blocks.data_blocks.size(); ++b) {
+    const DataBlock& d = planned->blocks.data_blocks[b];
+    if (d.sequence.value != 0) continue;
+    const int32_t chunk = d.index_in_sequence;
+    EXPECT_EQ(planned->placement.data_device[b].value, chunk < 4 ? chunk : 7 - chunk);
+  }
+  // Padding: 80 is a multiple of 2P = 8, 10 needs 6 more tokens.
+  EXPECT_EQ(planned->padded_tokens, 6);
+  // The long sequence's causal FLOPs are equal on every device.
+  std::vector<int64_t> flops(4, 0);
+  for (size_t c = 0; c < planned->blocks.compute_blocks.size(); ++c) {
+    const ComputeBlock& cb = planned->blocks.compute_blocks[c];
+    if (cb.sequence.value == 0) flops[planned->placement.compute_device[c].value] += cb.flops_fwd;
+  }
+  for (int64_t f : flops) EXPECT_EQ(f, flops[0]);
+}
+
+TEST(PlanBaseline, UlyssesIsTwoAllToAllsAndNeedsDevicesToDivideKvHeads) {
+  const Topology two{.nodes = 1, .devices_per_node = 2};
+  const Batch batch = MakeBatch({40}, "causal", kShape);
+  auto planned = PlanBaseline(Strategy::kUlysses, batch, {.topology = two});
+  ASSERT_TRUE(planned.ok());
+  // Device d holds tokens [20d, 20d + 20); it sends the other head group's Q and KV of them and
+  // receives back its O (storage dtype) and LSE (fp32) for that head group.
+  const int64_t q_half = kQBytesPerToken / 2, kv_half = kKvBytesPerToken / 2, lse_half = 2 * 4;
+  const auto messages = Messages(planned->plan, Pass::kForward);
+  ASSERT_EQ(messages.size(), 2u);
+  for (const auto& [ends, bytes] : messages) {
+    EXPECT_EQ(bytes, 20 * (q_half + kv_half) + 20 * (q_half + lse_half));
+  }
+  auto four = PlanBaseline(Strategy::kUlysses, batch, {.topology = {.nodes = 1, .devices_per_node = 4}});
+  ASSERT_FALSE(four.ok());
+  EXPECT_EQ(four.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(four.status().message().find("ulysses needs the devices (4) to divide the KV heads (2)"),
+            std::string::npos)
+      << four.status().ToString();
+}
+
+TEST(PlanBaseline, TeKeepsItsAllToAllInsideHeadGroupsAndRingsAcrossThem) {
+  const Topology topology{.nodes = 2, .devices_per_node = 4};
+  const Batch batch = MakeBatch({128}, "causal", kShape);
+  auto planned = PlanBaseline(Strategy::kTe, batch, {.topology = topology});
+  ASSERT_TRUE(planned.ok());
+  // h = 2 head ranks, 4 context ranks; device 2r + g. A message goes either inside a head group
+  // (the all-to-all: devices 2r and 2r + 1) or to the same head rank of the next context rank.
+  for (const auto& [ends, bytes] : Messages(planned->plan, Pass::kForward)) {
+    const auto [from, to] = ends;
+    const bool a2a = from / 2 == to / 2;
+    const bool ring = from % 2 == to % 2 && (to / 2) == (from / 2 + 1) % 4;
+    EXPECT_TRUE(a2a || ring) << from << " -> " << to;
+  }
+  EXPECT_EQ(planned->plan.n_divisions, 1 + 4);
+}
+
+TEST(PlanBaseline, LoongTrainHopsInsideInnerRingsAndOnceAcrossThem) {
+  const Topology topology{.nodes = 2, .devices_per_node = 4};
+  const AttentionShape mha{.heads = 4, .kv_heads = 1, .head_dim = 8, .dtype = DType::kBFloat16};
+  const Batch batch = MakeBatch({256}, "causal", mha);
+  // h = 1: 8 context ranks in 2 inner rings of 4 (one per node).
+  auto planned = PlanBaseline(Strategy::kLoongTrain, batch, {.topology = topology, .inner_ring = 4});
+  ASSERT_TRUE(planned.ok());
+  int64_t inner = 0, outer = 0;
+  for (const Transfer& t : planned->schedule.transfers) {
+    const int32_t from = t.source.value, to = t.destination.value;
+    if (from / 4 == to / 4) {
+      EXPECT_EQ(to % 4, (from % 4 + 1) % 4);
+      ++inner;
+    } else {
+      EXPECT_EQ(to % 4, from % 4);  // the outer ring joins the same slot of the next inner ring
+      ++outer;
+    }
+  }
+  // 7 steps; steps 4 hops across the inner rings, the other 6 inside them; 8 devices each receive
+  // the 2 chunks (zigzag) of a position per step.
+  EXPECT_EQ(outer, 1 * 8 * 2);
+  EXPECT_EQ(inner, 6 * 8 * 2);
+  auto bad = PlanBaseline(Strategy::kLoongTrain, batch, {.topology = topology, .inner_ring = 3});
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(PlanBaseline, StrategyNamesRoundTrip) {
+  for (Strategy s : {Strategy::kDcp, Strategy::kRing, Strategy::kZigzag, Strategy::kUlysses,
+                     Strategy::kTe, Strategy::kLoongTrain}) {
+    EXPECT_EQ(*ParseStrategy(ToString(s)), s);
+  }
+  EXPECT_EQ(ParseStrategy("megatron").status().code(), StatusCode::kInvalidArgument);
+  const Batch batch = MakeBatch({8}, "causal", kShape);
+  EXPECT_EQ(PlanBaseline(Strategy::kDcp, batch, {.topology = {1, 2}}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(PlanBaseline(Strategy::kRing, batch, {.topology = {0, 2}}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace dcp
