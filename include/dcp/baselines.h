@@ -20,9 +20,10 @@
 // nearly equal (sizes differ by at most one token); the padding the real systems need (TE and
 // zigzag: every sequence to a multiple of 2P tokens) is reported in `padded_tokens`, not computed.
 // Fully masked tiles are skipped in computation, the communication pattern stays the strategy's.
-// Differences from the real systems, common to all strategies in this IR: the backward pass
-// fetches Q and KV again (the real ones keep them from the forward), and partial dKV returns to
-// its owner at the end of the pass instead of travelling with KV round the ring.
+// In the backward pass partial dKV travels round the ring one step behind its KV, as in ring
+// attention (Schedule::carry_gradients), and returns to its owner from the last hop. A difference
+// from the real systems, common to all strategies in this IR: the backward pass fetches Q and KV
+// again (the real ones keep them, in their head-parallel layout, from the forward pass).
 #pragma once
 
 #include <string_view>

@@ -50,6 +50,9 @@ struct Schedule {
   int32_t n_divisions = 1;
   std::vector<int32_t> compute_division;  // per compute block
   std::vector<Transfer> transfers;        // sorted by (division, phase, source, destination)
+  // Backward: partial dKV travels on behind its KV, hop by hop, as ring attention does, instead
+  // of going straight to its owner at the end (see CompilePlan).
+  bool carry_gradients = false;
 };
 
 // REQUIRES: placement covers `blocks` on `topology` (checked: InvalidArgument otherwise).

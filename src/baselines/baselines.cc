@@ -221,6 +221,7 @@ void MakeBlocksAndPlacement(const Layout& layout, const Batch& batch, BaselinePl
            std::tie(b.division, b.phase, b.source, b.destination);
   });
   out->schedule.n_divisions = first_ring + layout.ranks;
+  out->schedule.carry_gradients = true;
 }
 
 }  // namespace

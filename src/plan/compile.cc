@@ -7,7 +7,14 @@
 //   outputs:    send partial results to their owners; wait; reduce into the outputs
 // A(t) carries the phase-0 transfers of division t (owners and relays that already hold the
 // data), B(t) the phase-1 ones (relays forwarding what they received in A(t)). Launch ids: A(t) is
-// 2t - 1, B(t) is 2t, the output exchange 2n - 1 for n divisions.
+// 2t - 1, B(t) is 2t, the output exchange 2n + 1 for n divisions. A(n), at the last division,
+// exists only to carry gradients (below).
+//
+// With Schedule::carry_gradients (ring attention), partial dKV follows its KV round the ring one
+// division behind it: a device that forwarded a KV piece to exactly one device sends that device,
+// in its first A launch after its last tile on the piece and after the previous hop's partial has
+// arrived, the sum of its own partial and the one it received. What is still away from its owner
+// at the end goes home in the output exchange, like every other partial result.
 #include <algorithm>
 #include <map>
 
@@ -21,7 +28,7 @@ using internal::ProgramBuilder;
 
 int32_t LaunchA(int32_t division) { return 2 * division - 1; }
 int32_t LaunchB(int32_t division) { return 2 * division; }
-int32_t LaunchOutputs(int32_t n_divisions) { return 2 * n_divisions - 1; }
+int32_t LaunchOutputs(int32_t n_divisions) { return 2 * n_divisions + 1; }
 
 // Slot types of one piece (block_size tokens, one head group).
 class SlotTypes {
@@ -97,6 +104,7 @@ class Compiler {
     for (int32_t c = 0; c < static_cast<int32_t>(blocks.compute_blocks.size()); ++c) {
       tiles_[Index(placement.compute_device[c].value, schedule.compute_division[c])].push_back(c);
     }
+    if (schedule.carry_gradients) PlanCarries();
   }
 
   Program Build(DeviceId device, Pass pass) const;
@@ -109,8 +117,15 @@ class Compiler {
   };
   struct State {
     ProgramBuilder builder;
-    std::map<Key, SlotId> have;         // inputs present (or arriving) on the device
-    std::map<Key, SlotId> accumulator;  // partial results computed here
+    std::map<Key, SlotId> have;                  // inputs present (or arriving) on the device
+    std::map<Key, SlotId> accumulator;           // partial results computed here
+    std::map<Key, std::vector<SlotId>> carried;  // backward: partial dKV received from a ring hop
+  };
+  // A partial dKV moving one ring hop, in the A launch made at `division` (so A(division + 1)).
+  struct Carry {
+    int32_t division, from, to;
+    Key key;
+    friend auto operator<=>(const Carry&, const Carry&) = default;
   };
 
   size_t Index(int32_t device, int32_t division) const {
@@ -133,6 +148,8 @@ class Compiler {
     for (auto& [peer, list] : recvs) launch.recvs.push_back(std::move(list));
     st.builder.Emit(std::move(launch));
   }
+  void PlanCarries();
+  SlotId MergeCarried(State& st, BlockwiseReduction& sums, const Key& key) const;
   void AddInputs(State& st, DeviceId device, Pass pass) const;
   void Exchange(State& st, DeviceId device, Pass pass, int32_t division, int32_t phase) const;
   void Compute(State& st, DeviceId device, Pass pass, int32_t division) const;
@@ -147,7 +164,69 @@ class Compiler {
   const Topology& topology_;
   SlotTypes types_;
   std::vector<std::vector<int32_t>> tiles_;  // per (device, division): compute blocks
+  std::vector<Carry> carries_;               // sorted
 };
+
+void Compiler::PlanCarries() {
+  // Per dKV piece: where its KV is forwarded from each device, and each device's last tile on it.
+  std::map<Key, std::map<int32_t, std::vector<int32_t>>> next;
+  for (const Transfer& t : schedule_.transfers) {
+    if (t.side != Side::kColumn) continue;
+    next[{t.block.value, t.head_group, TensorKind::kDKV}][t.source.value].push_back(
+        t.destination.value);
+  }
+  std::map<std::pair<Key, int32_t>, int32_t> last_tile;
+  for (int32_t c = 0; c < static_cast<int32_t>(blocks_.compute_blocks.size()); ++c) {
+    const ComputeBlock& cb = blocks_.compute_blocks[c];
+    int32_t& last = last_tile
+        .try_emplace({Key{cb.kv_block.value, cb.head_group, TensorKind::kDKV},
+                      placement_.compute_device[c].value},
+                     -1)
+        .first->second;
+    last = std::max(last, schedule_.compute_division[c]);
+  }
+  const int32_t last_launch = schedule_.n_divisions - 1;  // A launches happen at 0 .. n - 1
+  for (const auto& [key, hops] : next) {
+    int32_t device = Owner(DataBlockId{key.block});
+    int32_t arrived = -1;  // the launch division of the partial `device` received, or -1
+    std::vector<bool> visited(topology_.devices(), false);
+    while (true) {
+      visited[device] = true;
+      auto hop = hops.find(device);
+      if (hop == hops.end() || hop->second.size() != 1 || visited[hop->second[0]]) break;
+      auto last = last_tile.find({key, device});
+      const int32_t ready = std::max(last == last_tile.end() ? -1 : last->second, arrived);
+      const int32_t to = hop->second[0];
+      if (ready < 0) {  // nothing to carry from here: the next hop starts afresh
+        device = to;
+        arrived = -1;
+        continue;
+      }
+      if (ready + 1 > last_launch) break;
+      carries_.push_back({ready + 1, device, to, key});
+      device = to;
+      arrived = ready + 1;
+    }
+  }
+  std::sort(carries_.begin(), carries_.end());
+}
+
+// One slot with the sum of this device's partial of `key` and the partials carried to it, adding
+// the sum to `sums` when there is more than one; -1 when it has none.
+SlotId Compiler::MergeCarried(State& st, BlockwiseReduction& sums, const Key& key) const {
+  std::vector<SlotId> parts;
+  if (auto it = st.accumulator.find(key); it != st.accumulator.end()) {
+    parts.push_back(it->second);
+    st.accumulator.erase(it);
+  }
+  if (auto it = st.carried.find(key); it != st.carried.end()) {
+    parts.insert(parts.end(), it->second.begin(), it->second.end());
+    st.carried.erase(it);
+  }
+  if (parts.empty()) return -1;
+  if (parts.size() > 1) sums.ops.push_back(ReductionOp{.destination = parts[0], .sources = parts});
+  return parts[0];
+}
 
 void Compiler::AddInputs(State& st, DeviceId device, Pass pass) const {
   const std::vector<TensorKind> kinds =
@@ -196,6 +275,24 @@ void Compiler::Exchange(State& st, DeviceId device, Pass pass, int32_t division,
         st.have[key] = slot;
       }
     }
+  }
+  if (pass == Pass::kBackward && phase == 0) {
+    BlockwiseReduction sums{.kind = ReductionKind::kSum, .ops = {}};
+    const SlotInfo dkv = types_.Of(TensorKind::kDKV, /*accumulator=*/true);
+    for (const Carry& c : carries_) {
+      if (c.division != division - 1) continue;
+      if (c.from == device.value) {
+        const SlotId slot = MergeCarried(st, sums, c.key);
+        DCP_CHECK(slot >= 0, "carry of block {} from device {} has no partial", c.key.block,
+                  c.from);
+        AddEntry(sends, c.to, slot, dkv, c.key.block);
+      } else if (c.to == device.value) {
+        const SlotId slot = st.builder.NewBuffer(dkv);
+        AddEntry(recvs, c.from, slot, dkv, c.key.block);
+        st.carried[c.key].push_back(slot);
+      }
+    }
+    if (!sums.ops.empty()) st.builder.Emit(std::move(sums));
   }
   EmitLaunch(st, std::move(launch), std::move(sends), std::move(recvs));
 }
@@ -260,6 +357,14 @@ std::vector<Compiler::Key> Compiler::PartialKeys(int32_t device, Pass pass) cons
       }
     }
   }
+  if (pass == Pass::kBackward) {  // partials carried here stay, those carried away are gone
+    for (const Carry& c : carries_) {
+      if (c.to == device) keys.push_back(c.key);
+    }
+    for (const Carry& c : carries_) {
+      if (c.from == device) std::erase(keys, c.key);
+    }
+  }
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
   std::erase_if(keys, [&](const Key& k) { return Owner(DataBlockId{k.block}) == device; });
@@ -273,6 +378,12 @@ void Compiler::ReduceOutputs(State& st, DeviceId device, Pass pass) const {
       pass == Pass::kForward ? std::vector<TensorKind>{TensorKind::kO}
                              : std::vector<TensorKind>{TensorKind::kDQ, TensorKind::kDKV};
   const auto owner_of = [&](const Key& key) { return Owner(DataBlockId{key.block}); };
+  BlockwiseReduction sums{.kind = ReductionKind::kSum, .ops = {}};
+  while (!st.carried.empty()) {
+    const Key key = st.carried.begin()->first;
+    st.accumulator[key] = MergeCarried(st, sums, key);
+  }
+  if (!sums.ops.empty()) st.builder.Emit(std::move(sums));
   BlockwiseCopy convert;
   std::map<int32_t, PeerSlots> sends, recvs;
   for (const auto& [key, slot] : st.accumulator) {
@@ -341,17 +452,19 @@ void Compiler::ReduceOutputs(State& st, DeviceId device, Pass pass) const {
 }
 
 Program Compiler::Build(DeviceId device, Pass pass) const {
-  State st{ProgramBuilder(device, pass), {}, {}};
+  State st{ProgramBuilder(device, pass), {}, {}, {}};
   AddInputs(st, device, pass);
   const int32_t n = schedule_.n_divisions;
+  // Gradients may still move on at the last division, in an A launch of their own.
+  const bool carry_last = pass == Pass::kBackward && !carries_.empty() &&
+                          carries_.back().division == n - 1;
   for (int32_t t = 0; t < n; ++t) {
     if (t > 0) st.builder.Emit(CommWait{.id = LaunchB(t)});
-    if (t + 1 < n) Exchange(st, device, pass, t + 1, 0);
+    const bool launch_a = t + 1 < n || carry_last;
+    if (launch_a) Exchange(st, device, pass, t + 1, 0);
     Compute(st, device, pass, t);
-    if (t + 1 < n) {
-      st.builder.Emit(CommWait{.id = LaunchA(t + 1)});
-      Exchange(st, device, pass, t + 1, 1);
-    }
+    if (launch_a) st.builder.Emit(CommWait{.id = LaunchA(t + 1)});
+    if (t + 1 < n) Exchange(st, device, pass, t + 1, 1);
   }
   ReduceOutputs(st, device, pass);
   return st.builder.Finish();

@@ -147,6 +147,18 @@ TEST(PlanBaseline, RingPassesKvToTheNextDeviceInPMinusOneSteps) {
     EXPECT_EQ(ends.second, (ends.first + 1) % 4);
     EXPECT_EQ(bytes, 3 * 24 * kKvBytesPerToken);
   }
+  // Backward: KV goes round the ring again and partial dKV follows it hop by hop, back home to
+  // its owner from the last hop: still only to the successor. Each device sends the KV of 24
+  // tokens in each of 3 steps; every chunk's partial dKV makes 4 hops (3 in fp32 round the
+  // ring, the last one home in the storage dtype), so each device sends 3 fp32 and 1 bf16 dKV
+  // hop of 24 tokens.
+  const auto backward = Messages(planned->plan, Pass::kBackward);
+  ASSERT_EQ(backward.size(), 4u);
+  for (const auto& [ends, bytes] : backward) {
+    EXPECT_EQ(ends.second, (ends.first + 1) % 4);
+    EXPECT_EQ(bytes, 3 * 24 * kKvBytesPerToken + 3 * 24 * 2 * kKvBytesPerToken +
+                         24 * kKvBytesPerToken);
+  }
   // Chunk r of every sequence is on device r.
   for (size_t b = 0; b < planned->blocks.data_blocks.size(); ++b) {
     EXPECT_EQ(planned->placement.data_device[b].value,
