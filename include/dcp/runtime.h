@@ -107,6 +107,28 @@ struct LocalGroupOptions {
 // `size` communicators of one in-process group (one per device thread); the embedded default.
 Result<std::vector<std::unique_ptr<Communicator>>> MakeLocalGroup(const LocalGroupOptions& options);
 
+struct MpiOptions {
+  double timeout_s = 30.0;  // a Wait (and the creation itself) gives up after this long without
+                            // progress; raise it when one rank may compute longer than this
+                            // between two exchanges
+};
+
+// The communicator of this process over MPI_COMM_WORLD: one rank per process (per device), rank
+// and size of MPI_COMM_WORLD. Starts MPI (MPI_Init_thread, MPI_THREAD_SERIALIZED) when nobody has;
+// works on a private duplicate of MPI_COMM_WORLD, so communicators made one after the other never
+// see each other's messages. Collective: every rank of MPI_COMM_WORLD calls it, in the same order;
+// returns Timeout when the others do not within options.timeout_s. Launch copies the sends, so
+// the buffers only need to live until Launch returns (receive buffers until Wait). Returns
+// Unsupported in a build without MPI, InvalidArgument for bad options and CommFailure when MPI
+// fails or was already finalized.
+Result<std::unique_ptr<Communicator>> MakeMpiCommunicator(const MpiOptions& options);
+
+// Shuts MPI down (MPI_Finalize) after the last MPI communicator is gone, so a program run by
+// mpirun ends cleanly; a no-op when MPI was never started or is already finalized, and in a build
+// without MPI. MPI cannot start again afterwards. Returns InvalidArgument while an MPI
+// communicator is still alive and CommFailure when MPI_Finalize fails.
+Status FinalizeMpi();
+
 }  // namespace dcp
 
 namespace dcp {
@@ -131,16 +153,29 @@ struct ExecutorOptions {
   double softmax_scale = 0;  // 0 means 1 / sqrt(head_dim)
 };
 
+// Where one device's execution of one program spent its time (seconds, wall clock).
+struct ExecutionProfile {
+  double total = 0;
+  double attention = 0;    // BlockwiseAttention kernels
+  double reduction = 0;    // BlockwiseReduction and BlockwiseCopy kernels
+  double communication = 0;  // CommLaunch (packing included) and CommWait (unpacking included)
+  // Everything else: gathering inputs, scattering outputs, slot allocation, dispatch.
+  double Overhead() const { return total - attention - reduction - communication; }
+};
+
 // Runs one device's program: gathers its input pieces from `tensors` (rounded to the storage
 // dtype), executes the instructions with `comm`, scatters its output pieces back. Returns the
 // first error; on error it calls comm.Fail so the other ranks stop too.
 Status ExecuteProgram(const Plan& plan, const Program& program, Communicator& comm,
-                      BatchTensors& tensors, const ExecutorOptions& options);
+                      BatchTensors& tensors, const ExecutorOptions& options,
+                      ExecutionProfile* profile = nullptr);
 
 // Runs the forward programs of all devices, then the backward ones, each device on its own
 // thread with an in-process communicator group. Returns the first root-cause error.
+// `profiles`, when given, receives one profile per device and pass: [pass][device].
 Status RunPlanInProcess(const Plan& plan, BatchTensors& tensors, const ExecutorOptions& options,
-                        double comm_timeout_s = 30.0);
+                        double comm_timeout_s = 30.0,
+                        std::vector<std::vector<ExecutionProfile>>* profiles = nullptr);
 
 }  // namespace dcp
 

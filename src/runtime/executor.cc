@@ -2,9 +2,12 @@
 // The executor: interprets one device's Program over the kernels and a Communicator. It is the
 // same code for every backend; dispatch happens once per instruction, never per element.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <thread>
 
@@ -14,6 +17,22 @@ namespace dcp {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Elements [i, i + n) of a storage buffer from or to fp32.
+void StoreRun(std::byte* data, DType dtype, int64_t i, const float* from, int64_t n) {
+  if (dtype == DType::kFloat32) {
+    std::memcpy(data + i * 4, from, static_cast<size_t>(n) * 4);
+    return;
+  }
+  for (int64_t k = 0; k < n; ++k) StoreElement(data, dtype, i + k, from[k]);
+}
+void LoadRun(const std::byte* data, DType dtype, int64_t i, float* to, int64_t n) {
+  if (dtype == DType::kFloat32) {
+    std::memcpy(to, data + i * 4, static_cast<size_t>(n) * 4);
+    return;
+  }
+  for (int64_t k = 0; k < n; ++k) to[k] = LoadElement(data, dtype, i + k);
+}
 
 // Where a piece lives in the batch tensors.
 struct PieceLayout {
@@ -39,16 +58,29 @@ class DeviceRun {
       sequence_begin_.push_back(begin);
       begin += len;
     }
+    // Not zeroed: every slot is written (input, receive, identity or result) before it is read.
     for (const SlotInfo& info : program.slots) {
-      slots_.emplace_back(static_cast<size_t>(info.bytes), std::byte{0});
+      slots_.push_back(std::make_unique_for_overwrite<std::byte[]>(static_cast<size_t>(info.bytes)));
     }
   }
 
-  Status Run() {
+  // Times every instruction into `profile` by kind; the constructor's allocation is the caller's.
+  Status Run(ExecutionProfile& profile) {
     for (const Binding& b : program_.inputs) Gather(b);
     for (size_t i = 0; i < program_.instructions.size(); ++i) {
-      Status s = std::visit([this](const auto& instruction) { return Execute(instruction); },
-                            program_.instructions[i]);
+      const Instruction& instruction = program_.instructions[i];
+      const auto start = std::chrono::steady_clock::now();
+      Status s = std::visit([this](const auto& op) { return Execute(op); }, instruction);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (std::holds_alternative<BlockwiseAttention>(instruction)) {
+        profile.attention += seconds;
+      } else if (std::holds_alternative<BlockwiseReduction>(instruction) ||
+                 std::holds_alternative<BlockwiseCopy>(instruction)) {
+        profile.reduction += seconds;
+      } else {
+        profile.communication += seconds;
+      }
       if (!s.ok()) {
         return s.WithContext(fmt::format("device {} instruction {}", program_.device.value, i));
       }
@@ -67,27 +99,22 @@ class DeviceRun {
                        .first_kv_head = piece.head_group * kv_heads_,
                        .kv_heads = kv_heads_};
   }
-  std::byte* Slot(SlotId s) { return slots_[s].data(); }
-  float* SlotFloats(SlotId s) { return reinterpret_cast<float*>(slots_[s].data()); }
+  std::byte* Slot(SlotId s) { return slots_[s].get(); }
+  float* SlotFloats(SlotId s) { return reinterpret_cast<float*>(slots_[s].get()); }
   DType SlotType(SlotId s) const { return program_.slots[s].dtype; }
   int64_t SlotElements(SlotId s) const {
     return program_.slots[s].bytes / BytesPerElement(program_.slots[s].dtype);
   }
 
-  // Copies [token][head][dim] rows of a batch tensor with `total_heads` heads into a slot laid
-  // out [token][stride][heads][dim] at `offset` heads (stride 2 interleaves K and V).
+  // Calls fn(global, local, n) for each token's run of `heads` x `dim` contiguous elements: the
+  // batch tensor has `total_heads` heads per token, the slot `slot_heads_per_token` of which the
+  // run starts at `slot_head_offset` (stride 2 interleaves K and V).
   template <typename Fn>
-  void ForEachElement(const PieceLayout& p, int64_t first_head, int64_t heads, int64_t total_heads,
-                      int64_t dim, int64_t slot_heads_per_token, int64_t slot_head_offset,
-                      Fn&& fn) {
+  void ForEachRun(const PieceLayout& p, int64_t first_head, int64_t heads, int64_t total_heads,
+                  int64_t dim, int64_t slot_heads_per_token, int64_t slot_head_offset, Fn&& fn) {
     for (int64_t t = 0; t < p.tokens; ++t) {
-      for (int64_t h = 0; h < heads; ++h) {
-        for (int64_t d = 0; d < dim; ++d) {
-          const int64_t global = ((p.first_token + t) * total_heads + first_head + h) * dim + d;
-          const int64_t local = (t * slot_heads_per_token + slot_head_offset + h) * dim + d;
-          fn(global, local);
-        }
-      }
+      fn(((p.first_token + t) * total_heads + first_head) * dim,
+         (t * slot_heads_per_token + slot_head_offset) * dim, heads * dim);
     }
   }
 
@@ -98,8 +125,8 @@ class DeviceRun {
     const DType dtype = SlotType(b.slot);
     const auto load = [&](const std::vector<float>& src, int64_t first_head, int64_t heads,
                           int64_t total_heads, int64_t dim, int64_t per_token, int64_t offset) {
-      ForEachElement(p, first_head, heads, total_heads, dim, per_token, offset,
-                     [&](int64_t g, int64_t l) { StoreElement(slot, dtype, l, src[g]); });
+      ForEachRun(p, first_head, heads, total_heads, dim, per_token, offset,
+                 [&](int64_t g, int64_t l, int64_t n) { StoreRun(slot, dtype, l, &src[g], n); });
     };
     switch (b.kind) {
       case TensorKind::kQ:
@@ -132,8 +159,8 @@ class DeviceRun {
     const DType dtype = SlotType(b.slot);
     const auto store = [&](std::vector<float>& dst, int64_t first_head, int64_t heads,
                            int64_t total_heads, int64_t dim, int64_t per_token, int64_t offset) {
-      ForEachElement(p, first_head, heads, total_heads, dim, per_token, offset,
-                     [&](int64_t g, int64_t l) { dst[g] = LoadElement(slot, dtype, l); });
+      ForEachRun(p, first_head, heads, total_heads, dim, per_token, offset,
+                 [&](int64_t g, int64_t l, int64_t n) { LoadRun(slot, dtype, l, &dst[g], n); });
     };
     switch (b.kind) {
       case TensorKind::kO:
@@ -273,7 +300,7 @@ class DeviceRun {
     for (const PeerSlots& p : l.sends) {
       std::vector<std::byte>& buffer = x.send.emplace_back();
       for (size_t k = 0; k < p.slots.size(); ++k) {
-        const auto begin = slots_[p.slots[k]].begin();
+        const std::byte* begin = Slot(p.slots[k]);
         buffer.insert(buffer.end(), begin, begin + p.bytes[k]);
       }
       sends.push_back({p.peer, buffer.data(), buffer.size()});
@@ -297,7 +324,7 @@ class DeviceRun {
       const std::byte* from = it->second.recv[i].data();
       const PeerSlots& list = *it->second.recv_lists[i];
       for (size_t k = 0; k < list.slots.size(); ++k) {
-        std::copy_n(from, list.bytes[k], slots_[list.slots[k]].begin());
+        std::copy_n(from, list.bytes[k], Slot(list.slots[k]));
         from += list.bytes[k];
       }
     }
@@ -317,7 +344,7 @@ class DeviceRun {
   float scale_ = 1;
   int64_t heads_ = 0, kv_heads_ = 0;
   std::vector<int64_t> sequence_begin_;
-  std::vector<std::vector<std::byte>> slots_;
+  std::vector<std::unique_ptr<std::byte[]>> slots_;
   std::map<int32_t, Exchange> exchanges_;
 };
 
@@ -337,20 +364,29 @@ BatchTensors BatchTensors::ZerosFor(const Plan& plan) {
 }
 
 Status ExecuteProgram(const Plan& plan, const Program& program, Communicator& comm,
-                      BatchTensors& tensors, const ExecutorOptions& options) {
-  Status s = DeviceRun(plan, program, comm, tensors, options).Run();
+                      BatchTensors& tensors, const ExecutorOptions& options,
+                      ExecutionProfile* profile) {
+  const auto start = std::chrono::steady_clock::now();
+  ExecutionProfile local;
+  ExecutionProfile& p = profile != nullptr ? *profile : local;
+  p = {};
+  Status s = DeviceRun(plan, program, comm, tensors, options).Run(p);
+  p.total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!s.ok()) comm.Fail(s);
   return s;
 }
 
 Status RunPlanInProcess(const Plan& plan, BatchTensors& tensors, const ExecutorOptions& options,
-                        double comm_timeout_s) {
+                        double comm_timeout_s,
+                        std::vector<std::vector<ExecutionProfile>>* profiles) {
   const int32_t devices = plan.topology.devices();
   if (static_cast<int32_t>(plan.forward.size()) != devices ||
       static_cast<int32_t>(plan.backward.size()) != devices) {
     return Status::InvalidArgument("running in process needs a whole plan");
   }
+  if (profiles != nullptr) profiles->assign(2, std::vector<ExecutionProfile>(devices));
   for (const std::vector<Program>* pass : {&plan.forward, &plan.backward}) {
+    const size_t pass_index = pass == &plan.forward ? 0 : 1;
     DCP_ASSIGN_OR_RETURN(
         std::vector<std::unique_ptr<Communicator>> group,
         MakeLocalGroup(LocalGroupOptions{.size = devices, .timeout_s = comm_timeout_s}));
@@ -358,7 +394,11 @@ Status RunPlanInProcess(const Plan& plan, BatchTensors& tensors, const ExecutorO
     std::vector<std::thread> threads;
     for (int32_t d = 0; d < devices; ++d) {
       threads.emplace_back(
-          [&, d] { status[d] = ExecuteProgram(plan, (*pass)[d], *group[d], tensors, options); });
+          [&, d] {
+            ExecutionProfile* profile =
+                profiles != nullptr ? &(*profiles)[pass_index][d] : nullptr;
+            status[d] = ExecuteProgram(plan, (*pass)[d], *group[d], tensors, options, profile);
+          });
     }
     for (std::thread& t : threads) t.join();
     // The root cause, not the failures it caused on the other ranks.
