@@ -90,6 +90,13 @@ Result<std::string> ReadTextFile(const std::string& path) {
   return contents.str();
 }
 
+Status WriteTextFile(const std::string& path, std::string_view text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) return Status::NotFound(fmt::format("cannot write '{}'", path));
+  return Status::Ok();
+}
+
 Result<Batch> BuildBatch(const BatchArgs& args) {
   DCP_ASSIGN_OR_RETURN(std::vector<int64_t> lengths, BuildLengths(args));
   DCP_ASSIGN_OR_RETURN(MaskSpec mask, BuildMaskSpec(args.mask));

@@ -38,6 +38,8 @@ Result<Batch> BuildBatch(const BatchArgs& args);
 
 // The whole contents of a text file; NotFound names the path when it cannot be read.
 Result<std::string> ReadTextFile(const std::string& path);
+// Replaces the file's contents (bytes as given); NotFound names the path when it cannot be written.
+Status WriteTextFile(const std::string& path, std::string_view text);
 
 // The placement options shared by `dcp place`, `plan`, `run` and `simulate`.
 struct PlacementArgs {

@@ -16,6 +16,8 @@ CommandRunner AddBlocksCommand(CLI::App& app);
 CommandRunner AddPlaceCommand(CLI::App& app);
 CommandRunner AddPlanCommand(CLI::App& app);
 CommandRunner AddRunCommand(CLI::App& app);
+CommandRunner AddSimulateCommand(CLI::App& app);
+CommandRunner AddBenchCommand(CLI::App& app);
 
 // Prints "dcp: error: <status>" to stderr and returns 1.
 int ReportError(const Status& status);

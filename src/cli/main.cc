@@ -20,7 +20,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const dcp::cli::CommandRunner commands[] = {
       dcp::cli::AddBlocksCommand(app), dcp::cli::AddPlaceCommand(app),
-      dcp::cli::AddPlanCommand(app), dcp::cli::AddRunCommand(app)};
+      dcp::cli::AddPlanCommand(app), dcp::cli::AddRunCommand(app),
+      dcp::cli::AddSimulateCommand(app), dcp::cli::AddBenchCommand(app)};
   CLI11_PARSE(app, argc, argv);
   int status = 0;
   for (const auto& run : commands) status = std::max(status, run());  // only the parsed one runs

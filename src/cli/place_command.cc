@@ -2,7 +2,6 @@
 // `dcp place`: place a batch's blocks on the devices of a topology and report bytes and balance.
 #include <fmt/format.h>
 
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -19,13 +18,6 @@ struct PlaceArgs {
   std::string read_partition;
   bool json = false;
 };
-
-Status WriteText(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  if (!out) return Status::NotFound(fmt::format("cannot write '{}'", path));
-  return Status::Ok();
-}
 
 nlohmann::json ToJson(const PlacementReport& r, const Topology& topology, double partition_ms,
                       bool balanced) {
@@ -57,7 +49,7 @@ int Run(const BatchArgs& batch_args, const PlaceArgs& args) {
   if (!args.export_hypergraph.empty()) {
     std::string hgr;
     WriteHmetis(graph, &hgr);
-    if (Status s = WriteText(args.export_hypergraph, hgr); !s.ok()) return ReportError(s);
+    if (Status s = WriteTextFile(args.export_hypergraph, hgr); !s.ok()) return ReportError(s);
   }
   PlacementReport report;
   double partition_ms = 0;

@@ -8,7 +8,11 @@
 // A(t) carries the phase-0 transfers of division t (owners and relays that already hold the
 // data), B(t) the phase-1 ones (relays forwarding what they received in A(t)). Launch ids: A(t) is
 // 2t - 1, B(t) is 2t, the output exchange 2n + 1 for n divisions. A(n), at the last division,
-// exists only to carry gradients (below).
+// exists only for the early returns and carried gradients below.
+//
+// Early returns: a partial result (O with its LSE, dQ, dKV) computed for another device's piece
+// goes to its owner in the first A launch after the division of its last tile, so it moves while
+// the next division computes; only the last division's partials wait for the output exchange.
 //
 // With Schedule::carry_gradients (ring attention), partial dKV follows its KV round the ring one
 // division behind it: a device that forwarded a KV piece to exactly one device sends that device,
@@ -17,6 +21,7 @@
 // at the end goes home in the output exchange, like every other partial result.
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "dcp/plan.h"
 #include "plan/program_builder.h"
@@ -105,6 +110,8 @@ class Compiler {
       tiles_[Index(placement.compute_device[c].value, schedule.compute_division[c])].push_back(c);
     }
     if (schedule.carry_gradients) PlanCarries();
+    PlanReturns(Pass::kForward);
+    PlanReturns(Pass::kBackward);
   }
 
   Program Build(DeviceId device, Pass pass) const;
@@ -115,13 +122,19 @@ class Compiler {
     TensorKind kind;
     friend auto operator<=>(const Key&, const Key&) = default;
   };
+  // What an owner receives for one of its pieces: a partial result and, for O, its LSE.
+  struct Partial {
+    SlotId value, lse;
+  };
   struct State {
     ProgramBuilder builder;
     std::map<Key, SlotId> have;                  // inputs present (or arriving) on the device
     std::map<Key, SlotId> accumulator;           // partial results computed here
     std::map<Key, std::vector<SlotId>> carried;  // backward: partial dKV received from a ring hop
+    std::map<Key, std::vector<Partial>> returned;  // partials of owned pieces returned early
   };
-  // A partial dKV moving one ring hop, in the A launch made at `division` (so A(division + 1)).
+  // A partial result moving to another device in the A launch made at `division` (so
+  // A(division + 1)): a ring hop of partial dKV, or an early return to the owner.
   struct Carry {
     int32_t division, from, to;
     Key key;
@@ -149,6 +162,23 @@ class Compiler {
     st.builder.Emit(std::move(launch));
   }
   void PlanCarries();
+  void PlanReturns(Pass pass);
+  // The keys of the partial results a tile adds to in `pass`.
+  std::vector<Key> ResultKeys(const ComputeBlock& cb, Pass pass) const {
+    if (pass == Pass::kForward) return {{cb.q_block.value, cb.head_group, TensorKind::kO}};
+    return {{cb.q_block.value, cb.head_group, TensorKind::kDQ},
+            {cb.kv_block.value, cb.head_group, TensorKind::kDKV}};
+  }
+  void SendReturns(State& st, DeviceId device, Pass pass, int32_t launch_division,
+                   std::map<int32_t, PeerSlots>& sends, std::map<int32_t, PeerSlots>& recvs) const;
+  // Whether the last division launches A(n) for early returns or carries.
+  bool LastDivisionLaunches(Pass pass) const {
+    const int32_t last = schedule_.n_divisions - 1;
+    const auto at_last = [&](const std::vector<Carry>& list) {
+      return !list.empty() && list.back().division == last;
+    };
+    return at_last(returns_[static_cast<int>(pass)]) || (pass == Pass::kBackward && at_last(carries_));
+  }
   SlotId MergeCarried(State& st, BlockwiseReduction& sums, const Key& key) const;
   void AddInputs(State& st, DeviceId device, Pass pass) const;
   void Exchange(State& st, DeviceId device, Pass pass, int32_t division, int32_t phase) const;
@@ -165,7 +195,33 @@ class Compiler {
   SlotTypes types_;
   std::vector<std::vector<int32_t>> tiles_;  // per (device, division): compute blocks
   std::vector<Carry> carries_;               // sorted
+  std::vector<Carry> returns_[2];            // per pass, sorted
 };
+
+void Compiler::PlanReturns(Pass pass) {
+  std::set<std::pair<Key, int32_t>> carried;  // (key, device) taking part in a ring of carries
+  for (const Carry& c : carries_) {
+    carried.insert({c.key, c.from});
+    carried.insert({c.key, c.to});
+  }
+  std::map<std::pair<int32_t, Key>, int32_t> last;  // (device, key) -> division of its last tile
+  for (int32_t c = 0; c < static_cast<int32_t>(blocks_.compute_blocks.size()); ++c) {
+    const int32_t device = placement_.compute_device[c].value;
+    for (const Key& key : ResultKeys(blocks_.compute_blocks[c], pass)) {
+      int32_t& division = last.try_emplace({device, key}, -1).first->second;
+      division = std::max(division, schedule_.compute_division[c]);
+    }
+  }
+  std::vector<Carry>& returns = returns_[static_cast<int>(pass)];
+  for (const auto& [where, division] : last) {
+    const auto& [device, key] = where;
+    const int32_t owner = Owner(DataBlockId{key.block});
+    if (owner == device || division + 1 >= schedule_.n_divisions) continue;
+    if (pass == Pass::kBackward && carried.contains({key, device})) continue;
+    returns.push_back({division + 1, device, owner, key});
+  }
+  std::sort(returns.begin(), returns.end());
+}
 
 void Compiler::PlanCarries() {
   // Per dKV piece: where its KV is forwarded from each device, and each device's last tile on it.
@@ -294,7 +350,40 @@ void Compiler::Exchange(State& st, DeviceId device, Pass pass, int32_t division,
     }
     if (!sums.ops.empty()) st.builder.Emit(std::move(sums));
   }
+  if (phase == 0) SendReturns(st, device, pass, division - 1, sends, recvs);
   EmitLaunch(st, std::move(launch), std::move(sends), std::move(recvs));
+}
+
+// The early returns launched at `launch_division`: partials converted to the storage dtype go to
+// their owners (O with its fp32 LSE), who keep them for the final reduction.
+void Compiler::SendReturns(State& st, DeviceId device, Pass pass, int32_t launch_division,
+                           std::map<int32_t, PeerSlots>& sends,
+                           std::map<int32_t, PeerSlots>& recvs) const {
+  BlockwiseCopy convert;
+  for (const Carry& r : returns_[static_cast<int>(pass)]) {
+    if (r.division != launch_division) continue;
+    const Key lse_key{r.key.block, r.key.head_group, TensorKind::kLse};
+    if (r.from == device.value) {
+      const SlotId packed = st.builder.NewBuffer(types_.Of(r.key.kind));
+      convert.ops.emplace_back(st.accumulator.at(r.key), packed);
+      st.accumulator.erase(r.key);
+      AddEntry(sends, r.to, packed, types_.Of(r.key.kind), r.key.block);
+      if (r.key.kind == TensorKind::kO) {
+        AddEntry(sends, r.to, st.accumulator.at(lse_key), types_.Of(TensorKind::kLse),
+                 r.key.block);
+        st.accumulator.erase(lse_key);
+      }
+    } else if (r.to == device.value) {
+      Partial p{st.builder.NewBuffer(types_.Of(r.key.kind)), -1};
+      AddEntry(recvs, r.from, p.value, types_.Of(r.key.kind), r.key.block);
+      if (r.key.kind == TensorKind::kO) {
+        p.lse = st.builder.NewBuffer(types_.Of(TensorKind::kLse));
+        AddEntry(recvs, r.from, p.lse, types_.Of(TensorKind::kLse), r.key.block);
+      }
+      st.returned[r.key].push_back(p);
+    }
+  }
+  if (!convert.ops.empty()) st.builder.Emit(std::move(convert));
 }
 
 SlotId Compiler::Accumulator(State& st, BlockwiseReduction& init, Key key) const {
@@ -357,6 +446,9 @@ std::vector<Compiler::Key> Compiler::PartialKeys(int32_t device, Pass pass) cons
       }
     }
   }
+  for (const Carry& r : returns_[static_cast<int>(pass)]) {  // returned early: gone
+    if (r.from == device) std::erase(keys, r.key);
+  }
   if (pass == Pass::kBackward) {  // partials carried here stay, those carried away are gone
     for (const Carry& c : carries_) {
       if (c.to == device) keys.push_back(c.key);
@@ -398,11 +490,12 @@ void Compiler::ReduceOutputs(State& st, DeviceId device, Pass pass) const {
   }
   if (!convert.ops.empty()) st.builder.Emit(std::move(convert));
 
-  // What every other device sends here, in the order it packs it (its accumulator map order).
-  struct Partial {
-    SlotId value, lse;
-  };
+  // What every other device sends here, in the order it packs it (its accumulator map order),
+  // after what was returned early.
   std::map<std::pair<int32_t, int32_t>, std::map<TensorKind, std::vector<Partial>>> received;
+  for (auto& [key, partials] : st.returned) {
+    received[{key.block, key.head_group}][key.kind] = std::move(partials);
+  }
   CommLaunch launch{.id = LaunchOutputs(schedule_.n_divisions), .sends = {}, .recvs = {}};
   for (int32_t peer = 0; peer < topology_.devices(); ++peer) {
     if (peer == device.value) continue;
@@ -452,15 +545,13 @@ void Compiler::ReduceOutputs(State& st, DeviceId device, Pass pass) const {
 }
 
 Program Compiler::Build(DeviceId device, Pass pass) const {
-  State st{ProgramBuilder(device, pass), {}, {}, {}};
+  State st{ProgramBuilder(device, pass), {}, {}, {}, {}};
   AddInputs(st, device, pass);
   const int32_t n = schedule_.n_divisions;
-  // Gradients may still move on at the last division, in an A launch of their own.
-  const bool carry_last = pass == Pass::kBackward && !carries_.empty() &&
-                          carries_.back().division == n - 1;
+  const bool last_launches = LastDivisionLaunches(pass);
   for (int32_t t = 0; t < n; ++t) {
     if (t > 0) st.builder.Emit(CommWait{.id = LaunchB(t)});
-    const bool launch_a = t + 1 < n || carry_last;
+    const bool launch_a = t + 1 < n || last_launches;
     if (launch_a) Exchange(st, device, pass, t + 1, 0);
     Compute(st, device, pass, t);
     if (launch_a) st.builder.Emit(CommWait{.id = LaunchA(t + 1)});

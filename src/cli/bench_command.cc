@@ -1,0 +1,419 @@
+// SPDX-License-Identifier: Apache-2.0
+// `dcp bench`: the DCP paper's attention micro-benchmark on the simulator. For every dataset,
+// length scale and mask, several seeded batches are planned by dcp (block size searched) and by
+// every static baseline, simulated on the cluster, and compared: predicted forward + backward
+// time, bytes moved between nodes, compute imbalance, and dcp's speedup over the best baseline.
+// Writes bench.md, bench.csv and bench.svg into --output and prints the table.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <map>
+
+#include "cli/batch_args.h"
+#include "cli/commands.h"
+#include "dcp/baselines.h"
+#include "dcp/sim.h"
+
+namespace dcp::cli {
+namespace {
+
+constexpr Strategy kStrategies[] = {Strategy::kDcp,     Strategy::kRing, Strategy::kZigzag,
+                                    Strategy::kUlysses, Strategy::kTe,   Strategy::kLoongTrain};
+
+struct BenchArgs {
+  bool quick = false;
+  std::string cluster = "p4de";
+  std::string topology = "4x8";
+  std::string output = "bench-out";
+  int64_t tokens = 131072;
+  int32_t batches = 3;
+};
+
+struct Cell {
+  LengthDistribution dataset;
+  double scale;
+  std::string mask;
+};
+
+// One strategy's result on one cell, averaged over its batches.
+struct Outcome {
+  bool supported = true;
+  std::string reason;         // why not, when unsupported
+  double total_ms = 0;        // forward + backward, mean over batches
+  double fwd_ms = 0, bwd_ms = 0;
+  double bytes_inter_node = 0;  // both passes, mean
+  double compute_imbalance = 0;  // max / mean attention FLOPs per device, mean
+  std::string choice;          // dcp: block sizes chosen; loongtrain: inner ring sizes
+};
+
+struct Measured {
+  SimReport report;
+  PlanTraffic forward, backward;
+};
+
+Result<Measured> Simulate(const Plan& plan, const ClusterSpec& cluster) {
+  DCP_ASSIGN_OR_RETURN(SimReport report, SimulatePlan(plan, cluster));
+  return Measured{std::move(report), MeasureTraffic(plan, Pass::kForward),
+                  MeasureTraffic(plan, Pass::kBackward)};
+}
+
+double ComputeImbalance(const SimReport& report) {
+  double max = 0, total = 0;
+  for (size_t d = 0; d < report.forward.devices.size(); ++d) {
+    const auto flops = static_cast<double>(report.forward.devices[d].attention_flops +
+                                           report.backward.devices[d].attention_flops);
+    max = std::max(max, flops);
+    total += flops;
+  }
+  return total == 0 ? 1 : max * static_cast<double>(report.forward.devices.size()) / total;
+}
+
+// The scheduler's cost model from the cluster's, so dcp sizes divisions for the simulated machine.
+ScheduleOptions ScheduleFor(const ClusterSpec& cluster) {
+  ScheduleOptions options;
+  options.device_flops = cluster.device.peak_flops * cluster.device.attention.forward_efficiency;
+  options.intra_node_bytes_per_s = cluster.intra_node.bytes_per_s;
+  options.inter_node_bytes_per_s = cluster.inter_node.bytes_per_s;
+  return options;
+}
+
+Result<Plan> PlanDcp(const Batch& batch, const Topology& topology, int64_t block_size,
+                     const ScheduleOptions& schedule_options) {
+  DCP_ASSIGN_OR_RETURN(BlockSet blocks, MakeBlocks(batch, {.block_size = block_size}));
+  DCP_ASSIGN_OR_RETURN(PartitionResult placed, PartitionBlocks(blocks, topology, {}));
+  DCP_ASSIGN_OR_RETURN(Schedule schedule,
+                       ScheduleDivisions(blocks, placed.placement, topology, schedule_options));
+  return CompilePlan(batch, blocks, placed.placement, schedule, topology);
+}
+
+// The fastest of a strategy's variants on one batch (dcp: block sizes; loongtrain: inner rings).
+struct Best {
+  Measured measured;
+  std::string choice;
+  bool found = false;
+};
+
+Status Consider(Best& best, Result<Plan> plan, const ClusterSpec& cluster, std::string choice) {
+  if (!plan.ok()) return plan.status();
+  DCP_ASSIGN_OR_RETURN(Measured m, Simulate(*plan, cluster));
+  if (!best.found || m.report.total_s() < best.measured.report.total_s()) {
+    best = Best{std::move(m), std::move(choice), true};
+  }
+  return Status::Ok();
+}
+
+Result<Best> RunStrategy(Strategy strategy, const Batch& batch, const Topology& topology,
+                         const ClusterSpec& cluster) {
+  Best best;
+  if (strategy == Strategy::kDcp) {
+    for (int64_t block_size : {512, 1024, 2048, 4096}) {
+      DCP_RETURN_IF_ERROR(Consider(best, PlanDcp(batch, topology, block_size, ScheduleFor(cluster)),
+                                   cluster, fmt::format("{}", block_size)));
+    }
+    return best;
+  }
+  if (strategy == Strategy::kLoongTrain) {
+    const auto head_ranks = std::gcd(batch.shape().kv_heads, int64_t{topology.devices()});
+    const int64_t ranks = topology.devices() / head_ranks;
+    for (int32_t inner : {1, 2, 4, 8}) {
+      if (ranks % inner != 0) continue;
+      auto planned = PlanBaseline(strategy, batch, {.topology = topology, .inner_ring = inner});
+      if (!planned.ok()) return planned.status();
+      DCP_RETURN_IF_ERROR(
+          Consider(best, std::move(planned->plan), cluster, fmt::format("{}", inner)));
+    }
+    return best;
+  }
+  DCP_ASSIGN_OR_RETURN(BaselinePlan planned,
+                       PlanBaseline(strategy, batch, {.topology = topology}));
+  DCP_RETURN_IF_ERROR(Consider(best, std::move(planned.plan), cluster, ""));
+  return best;
+}
+
+// Runs every strategy on the cell's batches.
+Result<std::map<Strategy, Outcome>> RunCell(const Cell& cell, const BenchArgs& args,
+                                            const Topology& topology, const ClusterSpec& cluster,
+                                            const std::function<void()>& tick) {
+  std::map<Strategy, Outcome> outcomes;
+  for (int32_t b = 0; b < args.batches; ++b) {
+    DCP_ASSIGN_OR_RETURN(
+        std::vector<int64_t> lengths,
+        SyntheticBatch({.distribution = cell.dataset, .scale = cell.scale, .seed = uint64_t(b)},
+                       args.tokens));
+    DCP_ASSIGN_OR_RETURN(MaskSpec mask, MaskSpec::Parse(cell.mask));
+    DCP_ASSIGN_OR_RETURN(Batch batch, Batch::Create(lengths, {mask}, AttentionShape{}));
+    for (Strategy strategy : kStrategies) {
+      Outcome& o = outcomes[strategy];
+      Result<Best> best = RunStrategy(strategy, batch, topology, cluster);
+      tick();
+      if (!best.ok() && best.status().code() == StatusCode::kUnsupported) {
+        o.supported = false;
+        o.reason = best.status().message();
+        continue;
+      }
+      if (!best.ok()) {
+        return best.status().WithContext(fmt::format("{} on batch {}", ToString(strategy), b));
+      }
+      const Measured& m = best->measured;
+      const double n = args.batches;
+      o.total_ms += 1e3 * m.report.total_s() / n;
+      o.fwd_ms += 1e3 * m.report.forward.makespan_s / n;
+      o.bwd_ms += 1e3 * m.report.backward.makespan_s / n;
+      o.bytes_inter_node +=
+          static_cast<double>(m.forward.bytes_inter_node + m.backward.bytes_inter_node) / n;
+      o.compute_imbalance += ComputeImbalance(m.report) / n;
+      if (!best->choice.empty()) o.choice += (o.choice.empty() ? "" : "/") + best->choice;
+    }
+  }
+  return outcomes;
+}
+
+struct Row {
+  Cell cell;
+  std::map<Strategy, Outcome> outcomes;
+
+  // The fastest supported baseline and dcp's speedup over it.
+  std::pair<Strategy, double> BestBaseline() const {
+    Strategy best = Strategy::kRing;
+    double best_ms = std::numeric_limits<double>::infinity();
+    for (const auto& [s, o] : outcomes) {
+      if (s != Strategy::kDcp && o.supported && o.total_ms < best_ms) {
+        best = s;
+        best_ms = o.total_ms;
+      }
+    }
+    return {best, best_ms / outcomes.at(Strategy::kDcp).total_ms};
+  }
+};
+
+std::string DatasetName(LengthDistribution d) {
+  return d == LengthDistribution::kLongDataCollections ? "ldc" : "longalign";
+}
+
+std::string Markdown(const std::vector<Row>& rows) {
+  std::string out =
+      "| dataset | scale | mask | strategy | fwd+bwd ms | fwd ms | bwd ms | inter-node GB | "
+      "compute imbalance | variant | speedup of dcp |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const Row& row : rows) {
+    const auto [best, speedup] = row.BestBaseline();
+    for (const auto& [s, o] : row.outcomes) {
+      const std::string head = fmt::format("| {} | {} | {} | {} ", DatasetName(row.cell.dataset),
+                                            row.cell.scale, row.cell.mask, ToString(s));
+      if (!o.supported) {
+        out += head + fmt::format("| n/a ({}) | | | | | | |\n", o.reason);
+        continue;
+      }
+      const double dcp_ms = row.outcomes.at(Strategy::kDcp).total_ms;
+      out += head + fmt::format("| {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:.3f} | {} | {} |\n",
+                                o.total_ms, o.fwd_ms, o.bwd_ms, o.bytes_inter_node / 1e9,
+                                o.compute_imbalance, o.choice,
+                                s == Strategy::kDcp
+                                    ? fmt::format("**{:.2f}x over {}**", speedup, ToString(best))
+                                    : fmt::format("{:.2f}x", o.total_ms / dcp_ms));
+    }
+  }
+  return out;
+}
+
+std::string Csv(const std::vector<Row>& rows) {
+  std::string out =
+      "dataset,scale,mask,strategy,supported,total_ms,fwd_ms,bwd_ms,bytes_inter_node,"
+      "compute_imbalance,variant,dcp_speedup\n";
+  for (const Row& row : rows) {
+    const double dcp_ms = row.outcomes.at(Strategy::kDcp).total_ms;
+    for (const auto& [s, o] : row.outcomes) {
+      out += fmt::format("{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.0f},{:.4f},{},{:.4f}\n",
+                         DatasetName(row.cell.dataset), row.cell.scale, row.cell.mask,
+                         ToString(s), o.supported ? 1 : 0, o.total_ms, o.fwd_ms, o.bwd_ms,
+                         o.bytes_inter_node, o.compute_imbalance, o.choice,
+                         o.supported && o.total_ms > 0 ? o.total_ms / dcp_ms : 0.0);
+    }
+  }
+  return out;
+}
+
+// Bars of every baseline's time relative to dcp's (dcp = 1), one panel per dataset and mask, one
+// bar group per scale, as in the paper's micro-benchmark figure.
+std::string Svg(const std::vector<Row>& rows) {
+  std::vector<std::pair<LengthDistribution, std::string>> panels;
+  std::vector<double> scales;
+  for (const Row& r : rows) {
+    if (std::find(panels.begin(), panels.end(), std::pair{r.cell.dataset, r.cell.mask}) ==
+        panels.end()) {
+      panels.emplace_back(r.cell.dataset, r.cell.mask);
+    }
+    if (std::find(scales.begin(), scales.end(), r.cell.scale) == scales.end()) {
+      scales.push_back(r.cell.scale);
+    }
+  }
+  double top = 1;
+  for (const Row& r : rows) {
+    for (const auto& [s, o] : r.outcomes) {
+      if (o.supported) top = std::max(top, o.total_ms / r.outcomes.at(Strategy::kDcp).total_ms);
+    }
+  }
+  top = std::ceil(top);
+  const char* colors[] = {"#d62728", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b"};
+  const int panel_w = 300, panel_h = 200, columns = 4, margin = 40;
+  const int n_panels = static_cast<int>(panels.size());
+  const int width = columns * (panel_w + margin) + margin;
+  const int height = ((n_panels + columns - 1) / columns) * (panel_h + 2 * margin) + 2 * margin;
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+      "font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" "
+      "fill=\"white\"/>\n",
+      width, height);
+  for (size_t k = 0; k < std::size(kStrategies); ++k) {  // legend
+    svg += fmt::format(
+        "<rect x=\"{}\" y=\"10\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{}\" "
+        "y=\"19\">{}</text>\n",
+        margin + 110 * k, colors[k], margin + 110 * k + 14, ToString(kStrategies[k]));
+  }
+  for (int p = 0; p < n_panels; ++p) {
+    const int x0 = margin + (p % columns) * (panel_w + margin);
+    const int y0 = 2 * margin + (p / columns) * (panel_h + 2 * margin);
+    svg += fmt::format(
+        "<text x=\"{}\" y=\"{}\">{} {} (time / dcp time)</text>\n<line x1=\"{}\" y1=\"{}\" "
+        "x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n",
+        x0, y0 - 6, DatasetName(panels[p].first), panels[p].second, x0, y0 + panel_h,
+        x0 + panel_w, y0 + panel_h);
+    const double one = y0 + panel_h - panel_h / top;
+    svg += fmt::format(
+        "<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"gray\" "
+        "stroke-dasharray=\"3\"/><text x=\"{}\" y=\"{:.1f}\">1</text><text x=\"{}\" "
+        "y=\"{}\">{}</text>\n",
+        x0, one, x0 + panel_w, one, x0 - 12, one + 4, x0 - 20, y0 + 8, top);
+    const double group_w = static_cast<double>(panel_w) / static_cast<double>(scales.size());
+    const double bar_w = group_w / (std::size(kStrategies) + 1);
+    for (const Row& r : rows) {
+      if (std::pair{r.cell.dataset, r.cell.mask} != panels[p]) continue;
+      const auto g = std::find(scales.begin(), scales.end(), r.cell.scale) - scales.begin();
+      const double gx = x0 + static_cast<double>(g) * group_w;
+      svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\">x{}</text>\n", gx + group_w / 3,
+                         y0 + panel_h + 14, r.cell.scale);
+      for (size_t k = 0; k < std::size(kStrategies); ++k) {
+        const Outcome& o = r.outcomes.at(kStrategies[k]);
+        if (!o.supported) continue;
+        const double ratio = o.total_ms / r.outcomes.at(Strategy::kDcp).total_ms;
+        const double h = panel_h * ratio / top;
+        svg += fmt::format(
+            "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"/>\n",
+            gx + bar_w * (static_cast<double>(k) + 0.5), y0 + panel_h - h, bar_w * 0.9, h,
+            colors[k]);
+      }
+    }
+  }
+  return svg + "</svg>\n";
+}
+
+// A progress bar on a terminal, a line every tenth otherwise.
+class Progress {
+ public:
+  explicit Progress(int64_t total) : total_(total), tty_(isatty(fileno(stderr)) != 0) {}
+  void Tick() {
+    ++done_;
+    if (tty_) {
+      const int64_t filled = 40 * done_ / total_;
+      fmt::print(stderr, "\r[{:<40}] {}/{} plans", std::string(filled, '#'), done_, total_);
+      if (done_ == total_) fmt::print(stderr, "\n");
+    } else if (done_ * 10 / total_ != (done_ - 1) * 10 / total_) {
+      fmt::print(stderr, "dcp bench: {}/{} plans\n", done_, total_);
+    }
+    std::fflush(stderr);
+  }
+
+ private:
+  int64_t total_, done_ = 0;
+  bool tty_;
+};
+
+Status RunBench(const BenchArgs& args) {
+  DCP_ASSIGN_OR_RETURN(const Topology topology, Topology::Parse(args.topology));
+  DCP_ASSIGN_OR_RETURN(ClusterSpec cluster, ClusterPreset(args.cluster));
+  if (args.batches < 1) {
+    return Status::InvalidArgument(fmt::format("--batches={} is not positive", args.batches));
+  }
+  if (args.tokens < 1) {
+    return Status::InvalidArgument(fmt::format("--tokens={} is not positive", args.tokens));
+  }
+  if (topology.devices_per_node != cluster.devices_per_node) {
+    return Status::InvalidArgument(
+        fmt::format("topology {} has {} devices per node, cluster {} has {}",
+                    topology.ToString(), topology.devices_per_node, cluster.name,
+                    cluster.devices_per_node));
+  }
+  std::vector<Cell> cells;
+  const std::vector<LengthDistribution> datasets =
+      args.quick ? std::vector{LengthDistribution::kLongDataCollections}
+                 : std::vector{LengthDistribution::kLongDataCollections,
+                               LengthDistribution::kLongAlign};
+  const std::vector<double> scales =
+      args.quick ? std::vector{0.5, 4.0} : std::vector{0.5, 1.0, 2.0, 4.0};
+  const std::vector<std::string> masks =
+      args.quick ? std::vector<std::string>{"causal", "lambda"}
+                 : std::vector<std::string>{"causal", "lambda", "causal-blockwise",
+                                            "shared-question"};
+  for (LengthDistribution d : datasets) {
+    for (const std::string& m : masks) {
+      for (double s : scales) cells.push_back({d, s, m});
+    }
+  }
+  Progress progress(static_cast<int64_t>(cells.size()) * args.batches *
+                    static_cast<int64_t>(std::size(kStrategies)));
+  std::vector<Row> rows;
+  for (const Cell& cell : cells) {
+    DCP_ASSIGN_OR_RETURN(auto outcomes,
+                         RunCell(cell, args, topology, cluster, [&] { progress.Tick(); }));
+    rows.push_back({cell, std::move(outcomes)});
+  }
+  const std::filesystem::path dir(args.output);
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return Status::NotFound(
+        fmt::format("cannot create '{}': {}", dir.string(), error.message()));
+  }
+  const std::string table = Markdown(rows);
+  DCP_RETURN_IF_ERROR(WriteTextFile((dir / "bench.md").string(), table));
+  DCP_RETURN_IF_ERROR(WriteTextFile((dir / "bench.csv").string(), Csv(rows)));
+  DCP_RETURN_IF_ERROR(WriteTextFile((dir / "bench.svg").string(), Svg(rows)));
+  fmt::print("{} tokens per batch, {} batches per cell, topology {}, cluster {}\n\n{}\n",
+             args.tokens, args.batches, topology.ToString(), cluster.name, table);
+  fmt::print("wrote {}/bench.md, bench.csv, bench.svg\n", dir.string());
+  return Status::Ok();
+}
+
+}  // namespace
+
+CommandRunner AddBenchCommand(CLI::App& app) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "The paper's micro-benchmark: dcp against static baselines on the simulator");
+  cmd->add_flag("--quick", args->quick,
+                "A small version (one dataset, scales 0.5 and 4, causal and lambda, one batch, "
+                "32768 tokens on 2x8)");
+  cmd->add_option("--cluster", args->cluster, "Cluster preset: p4de or h100")
+      ->capture_default_str();
+  cmd->add_option("--topology", args->topology, "Nodes x devices per node")->capture_default_str();
+  cmd->add_option("--tokens", args->tokens, "Tokens per batch")->capture_default_str();
+  cmd->add_option("--batches", args->batches, "Seeded batches per cell")->capture_default_str();
+  cmd->add_option("-o,--output", args->output, "Directory for bench.md, bench.csv, bench.svg")
+      ->capture_default_str();
+  return [cmd, args] {
+    if (!cmd->parsed()) return 0;
+    BenchArgs run = *args;
+    if (run.quick) {
+      if (cmd->count("--tokens") == 0) run.tokens = 32768;
+      if (cmd->count("--topology") == 0) run.topology = "2x8";
+      if (cmd->count("--batches") == 0) run.batches = 1;
+    }
+    const Status status = RunBench(run);
+    return status.ok() ? 0 : ReportError(status);
+  };
+}
+
+}  // namespace dcp::cli

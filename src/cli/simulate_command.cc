@@ -1,0 +1,329 @@
+// SPDX-License-Identifier: Apache-2.0
+// `dcp simulate`: replay a plan (dcp's own, a baseline's, or one read from a file) on a cluster
+// model and report each pass's time, exposed communication, traffic and compute balance.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+
+#include "cli/commands.h"
+#include "cli/planning.h"
+#include "dcp/baselines.h"
+#include "dcp/sim.h"
+
+namespace dcp::cli {
+namespace {
+
+struct SimulateArgs {
+  PlacementArgs placement;
+  std::string divisions = "auto";
+  std::string plan_file;
+  std::string cluster = "p4de";
+  std::string strategy = "dcp";
+  std::string trace;
+  bool json = false;
+};
+
+// What was simulated and how it was planned.
+struct Simulated {
+  Plan plan = {};
+  SimReport report = {};
+  std::optional<double> planning_ms = {};  // none for a plan read from a file
+  double simulation_ms = 0;
+  std::optional<int32_t> inner_ring = {};  // loongtrain: the fastest inner ring
+  nlohmann::json inner_ring_ms = {};       // loongtrain: total ms of every inner ring tried
+  std::optional<int64_t> padded_tokens = {};
+};
+
+Result<ScheduleOptions> BuildScheduleOptions(const std::string& divisions) {
+  ScheduleOptions options;
+  if (divisions != "auto") {
+    try {
+      size_t used = 0;
+      options.divisions = std::stoi(divisions, &used);
+      if (used != divisions.size()) throw std::invalid_argument("trailing");
+    } catch (const std::exception&) {
+      return Status::InvalidArgument(
+          fmt::format("--divisions '{}' is neither a number nor 'auto'", divisions));
+    }
+  }
+  DCP_RETURN_IF_ERROR(options.Validate());
+  return options;
+}
+
+// A preset name, or a JSON file in the format of docs/simulator.md.
+Result<ClusterSpec> LoadCluster(const std::string& name) {
+  Result<ClusterSpec> preset = ClusterPreset(name);
+  if (preset.ok()) return preset;
+  if (!std::filesystem::exists(name)) {
+    return Status::NotFound(fmt::format(
+        "--cluster '{}' is neither a preset (p4de, h100) nor a readable JSON file", name));
+  }
+  DCP_ASSIGN_OR_RETURN(std::string text, ReadTextFile(name));
+  Result<ClusterSpec> spec = ParseClusterJson(text);
+  if (!spec.ok()) return spec.status().WithContext(fmt::format("cluster file '{}'", name));
+  return spec;
+}
+
+Status CheckDevicesPerNode(const Topology& topology, const ClusterSpec& cluster) {
+  if (topology.devices_per_node == cluster.devices_per_node) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "topology {} has {} devices per node but cluster '{}' has {}; pass --topology Nx{} or "
+      "another --cluster",
+      topology.ToString(), topology.devices_per_node, cluster.name, cluster.devices_per_node,
+      cluster.devices_per_node));
+}
+
+Result<SimReport> Simulate(const Plan& plan, const ClusterSpec& cluster, bool trace,
+                           double* simulation_ms) {
+  Stopwatch watch;
+  Result<SimReport> report = SimulatePlan(plan, cluster, SimOptions{.trace = trace});
+  *simulation_ms = watch.Lap();
+  return report;
+}
+
+Result<Simulated> FromFile(const SimulateArgs& args, const ClusterSpec& cluster) {
+  DCP_ASSIGN_OR_RETURN(std::string bytes, ReadTextFile(args.plan_file));
+  Result<Plan> plan = DecodePlan(bytes);
+  if (!plan.ok())
+    return plan.status().WithContext(fmt::format("reading plan '{}'", args.plan_file));
+  DCP_RETURN_IF_ERROR(CheckDevicesPerNode(plan->topology, cluster));
+  Simulated out{.plan = std::move(plan).value()};
+  DCP_ASSIGN_OR_RETURN(out.report,
+                       Simulate(out.plan, cluster, !args.trace.empty(), &out.simulation_ms));
+  return out;
+}
+
+Result<Simulated> WithDcp(const BatchArgs& batch_args, const SimulateArgs& args,
+                          const ClusterSpec& cluster) {
+  DCP_ASSIGN_OR_RETURN(ScheduleOptions schedule, BuildScheduleOptions(args.divisions));
+  DCP_ASSIGN_OR_RETURN(PlannedBatch planned, PlanFromArgs(batch_args, args.placement, schedule));
+  Simulated out{.plan = std::move(planned.plan), .planning_ms = planned.ms.total()};
+  DCP_ASSIGN_OR_RETURN(out.report,
+                       Simulate(out.plan, cluster, !args.trace.empty(), &out.simulation_ms));
+  return out;
+}
+
+Result<Simulated> WithBaseline(Strategy strategy, const BatchArgs& batch_args,
+                               const SimulateArgs& args, const Topology& topology,
+                               const ClusterSpec& cluster) {
+  DCP_ASSIGN_OR_RETURN(Batch batch, BuildBatch(batch_args));
+  std::vector<int32_t> rings = {1};
+  if (strategy == Strategy::kLoongTrain) {
+    // The paper tries inner rings of 1, 2, 4 and 8 context ranks and keeps the fastest.
+    const int64_t p = topology.devices();
+    const int64_t context_ranks = p / std::min<int64_t>(batch.shape().kv_heads, p);
+    rings.clear();
+    for (int32_t r : {1, 2, 4, 8}) {
+      if (context_ranks % r == 0) rings.push_back(r);
+    }
+  }
+  std::optional<Simulated> best;
+  nlohmann::json tried = nlohmann::json::object();
+  Status last_error;
+  for (int32_t ring : rings) {
+    Stopwatch watch;
+    Result<BaselinePlan> baseline =
+        PlanBaseline(strategy, batch, BaselineOptions{.topology = topology, .inner_ring = ring});
+    const double planning_ms = watch.Lap();
+    if (!baseline.ok()) {
+      if (rings.size() == 1) return baseline.status();
+      last_error = baseline.status().WithContext(fmt::format("inner ring {}", ring));
+      continue;
+    }
+    Simulated candidate{.plan = std::move(baseline->plan),
+                        .planning_ms = planning_ms,
+                        .padded_tokens = baseline->padded_tokens};
+    DCP_ASSIGN_OR_RETURN(candidate.report, Simulate(candidate.plan, cluster, !args.trace.empty(),
+                                                    &candidate.simulation_ms));
+    if (strategy == Strategy::kLoongTrain) {
+      candidate.inner_ring = ring;
+      tried[std::to_string(ring)] = candidate.report.total_s() * 1e3;
+    }
+    if (!best || candidate.report.total_s() < best->report.total_s()) best = std::move(candidate);
+  }
+  if (!best) return last_error;
+  best->inner_ring_ms = std::move(tried);
+  return std::move(*best);
+}
+
+struct PassSummary {
+  double makespan_ms = 0;
+  double busy_ms_max = 0, busy_ms_mean = 0;
+  double exposed_ms_max = 0, exposed_ms_mean = 0;
+  double idle_ms_max = 0;
+  PlanTraffic traffic;
+  int64_t flows = 0;
+};
+
+PassSummary Summarize(const PassSimReport& r, const Plan& plan, Pass pass) {
+  PassSummary s{
+      .makespan_ms = r.makespan_s * 1e3, .traffic = MeasureTraffic(plan, pass), .flows = r.flows};
+  const auto n = static_cast<double>(std::max<size_t>(r.devices.size(), 1));
+  for (const DeviceSimStats& d : r.devices) {
+    s.busy_ms_max = std::max(s.busy_ms_max, d.busy_s * 1e3);
+    s.exposed_ms_max = std::max(s.exposed_ms_max, d.exposed_comm_s * 1e3);
+    s.idle_ms_max = std::max(s.idle_ms_max, d.idle_s * 1e3);
+  }
+  s.busy_ms_mean = r.total.busy_s * 1e3 / n;
+  s.exposed_ms_mean = r.total.exposed_comm_s * 1e3 / n;
+  return s;
+}
+
+nlohmann::json ToJson(const PassSummary& s) {
+  return {{"makespan_ms", s.makespan_ms},
+          {"busy_ms_max", s.busy_ms_max},
+          {"busy_ms_mean", s.busy_ms_mean},
+          {"exposed_comm_ms_max", s.exposed_ms_max},
+          {"exposed_comm_ms_mean", s.exposed_ms_mean},
+          {"idle_ms_max", s.idle_ms_max},
+          {"bytes_inter_node", s.traffic.bytes_inter_node},
+          {"bytes_intra_node", s.traffic.bytes_intra_node},
+          {"max_device_bytes_inter_node", s.traffic.max_device_bytes_inter_node},
+          {"flows", s.flows}};
+}
+
+// max / mean of the attention FLOPs (forward + backward) of each device; 1 when all are equal.
+double ComputeImbalance(const SimReport& report) {
+  double max = 0, total = 0;
+  for (size_t d = 0; d < report.forward.devices.size(); ++d) {
+    const auto flops = static_cast<double>(report.forward.devices[d].attention_flops +
+                                           report.backward.devices[d].attention_flops);
+    max = std::max(max, flops);
+    total += flops;
+  }
+  if (total == 0) return 1;
+  return max * static_cast<double>(report.forward.devices.size()) / total;
+}
+
+// The options that describe a batch to plan; none of them may come with --plan.
+Status CheckPlanFileAlone(const CLI::App& cmd, const SimulateArgs& args) {
+  static const std::set<std::string> kAllowed = {"--plan", "--cluster", "--trace", "--json",
+                                                 "--help"};
+  for (const CLI::Option* option : cmd.get_options()) {
+    if (option->count() == 0 || kAllowed.count(option->get_name()) > 0) continue;
+    if (option->get_name() == "--strategy" && args.strategy == "dcp") continue;
+    return Status::InvalidArgument(
+        fmt::format("{} cannot be combined with --plan: the plan file is simulated as it is",
+                    option->get_name()));
+  }
+  return Status::Ok();
+}
+
+int Run(const CLI::App& cmd, const BatchArgs& batch_args, const SimulateArgs& args) {
+  Result<ClusterSpec> cluster = LoadCluster(args.cluster);
+  if (!cluster.ok()) return ReportError(cluster.status());
+  Result<Strategy> strategy = ParseStrategy(args.strategy);
+  if (!strategy.ok()) return ReportError(strategy.status().WithContext("--strategy"));
+
+  Result<Simulated> simulated = Status::Internal("nothing simulated");
+  if (!args.plan_file.empty()) {
+    if (Status s = CheckPlanFileAlone(cmd, args); !s.ok()) return ReportError(s);
+    simulated = FromFile(args, *cluster);
+  } else {
+    Result<Topology> topology = Topology::Parse(args.placement.topology);
+    if (!topology.ok()) return ReportError(topology.status().WithContext("--topology"));
+    if (Status s = CheckDevicesPerNode(*topology, *cluster); !s.ok()) return ReportError(s);
+    simulated = *strategy == Strategy::kDcp
+                    ? WithDcp(batch_args, args, *cluster)
+                    : WithBaseline(*strategy, batch_args, args, *topology, *cluster);
+  }
+  if (!simulated.ok()) return ReportError(simulated.status());
+  const Plan& plan = simulated->plan;
+  const SimReport& report = simulated->report;
+
+  if (!args.trace.empty()) {
+    std::ofstream out(args.trace, std::ios::binary);
+    out << report.trace_json;
+    if (!out) return ReportError(Status::NotFound(fmt::format("cannot write '{}'", args.trace)));
+  }
+
+  const PassSummary fwd = Summarize(report.forward, plan, Pass::kForward);
+  const PassSummary bwd = Summarize(report.backward, plan, Pass::kBackward);
+  const double imbalance = ComputeImbalance(report);
+  const std::string strategy_name(ToString(*strategy));
+  if (args.json) {
+    nlohmann::json j = {
+        {"strategy", strategy_name},
+        {"cluster", cluster->name},
+        {"topology", plan.topology.ToString()},
+        {"fwd_ms", fwd.makespan_ms},
+        {"bwd_ms", bwd.makespan_ms},
+        {"total_ms", fwd.makespan_ms + bwd.makespan_ms},
+        {"fwd_exposed_comm_ms", fwd.exposed_ms_max},
+        {"bwd_exposed_comm_ms", bwd.exposed_ms_max},
+        {"bytes_inter_node", fwd.traffic.bytes_inter_node + bwd.traffic.bytes_inter_node},
+        {"bytes_intra_node", fwd.traffic.bytes_intra_node + bwd.traffic.bytes_intra_node},
+        {"compute_imbalance", imbalance},
+        {"planning_ms", simulated->planning_ms ? nlohmann::json(*simulated->planning_ms)
+                                               : nlohmann::json(nullptr)},
+        {"simulation_ms", simulated->simulation_ms},
+        {"n_divisions", plan.n_divisions},
+        {"fwd", ToJson(fwd)},
+        {"bwd", ToJson(bwd)}};
+    if (!args.plan_file.empty()) j["plan_file"] = args.plan_file;
+    if (simulated->inner_ring) {
+      j["inner_ring"] = *simulated->inner_ring;
+      j["inner_ring_total_ms"] = simulated->inner_ring_ms;
+    }
+    if (simulated->padded_tokens) j["padded_tokens"] = *simulated->padded_tokens;
+    if (!args.trace.empty()) j["trace"] = args.trace;
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+
+  constexpr double kMiB = 1 << 20;
+  std::string planned = simulated->planning_ms
+                            ? fmt::format("planned in {:.1f} ms", *simulated->planning_ms)
+                            : fmt::format("plan read from '{}'", args.plan_file);
+  if (simulated->inner_ring) planned += fmt::format(", inner ring {}", *simulated->inner_ring);
+  fmt::print("{} on {}, topology {} ({} devices, {} divisions): {}, simulated in {:.1f} ms\n",
+             strategy_name, cluster->name, plan.topology.ToString(), plan.topology.devices(),
+             plan.n_divisions, planned, simulated->simulation_ms);
+  fmt::print("{:<9} {:>9} {:>12} {:>25} {:>11} {:>15} {:>15}\n", "pass", "time ms", "busy ms max",
+             "exposed comm ms max/mean", "idle ms max", "inter-node MiB", "intra-node MiB");
+  for (const auto& [name, s] : {std::pair{"forward", &fwd}, std::pair{"backward", &bwd}}) {
+    fmt::print("{:<9} {:>9.3f} {:>12.3f} {:>17.3f} / {:>5.3f} {:>11.3f} {:>15.1f} {:>15.1f}\n",
+               name, s->makespan_ms, s->busy_ms_max, s->exposed_ms_max, s->exposed_ms_mean,
+               s->idle_ms_max, static_cast<double>(s->traffic.bytes_inter_node) / kMiB,
+               static_cast<double>(s->traffic.bytes_intra_node) / kMiB);
+  }
+  fmt::print("{:<9} {:>9.3f}\n", "total", fwd.makespan_ms + bwd.makespan_ms);
+  fmt::print("compute imbalance {:.3f} (max/mean attention FLOPs per device){}\n", imbalance,
+             args.trace.empty() ? "" : fmt::format(", trace written to '{}'", args.trace));
+  return 0;
+}
+
+}  // namespace
+
+CommandRunner AddSimulateCommand(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand(
+      "simulate", "Replay a plan (dcp's or a baseline's) on a cluster model and report its time");
+  auto batch_args = std::make_shared<BatchArgs>();
+  auto args = std::make_shared<SimulateArgs>();
+  AddBatchOptions(*cmd, *batch_args);
+  AddPlacementOptions(*cmd, args->placement);
+  cmd->add_option("--divisions", args->divisions, "Number of divisions for dcp, or 'auto'")
+      ->capture_default_str();
+  cmd->add_option("--plan", args->plan_file,
+                  "Simulate this plan file (written by `dcp plan -o`) instead of planning");
+  cmd->add_option("--cluster", args->cluster,
+                  "Cluster model: p4de | h100 | FILE.json (docs/simulator.md)")
+      ->capture_default_str();
+  cmd->add_option("--strategy", args->strategy, "dcp | ring | zigzag | ulysses | te | loongtrain")
+      ->capture_default_str();
+  cmd->add_option("--trace", args->trace, "Write a Chrome/Perfetto trace of both passes here");
+  cmd->add_flag("--json", args->json, "Print one JSON object");
+  return [cmd, batch_args, args]() -> int {
+    if (!cmd->parsed()) return 0;
+    return Run(*cmd, *batch_args, *args);
+  };
+}
+
+}  // namespace dcp::cli

@@ -1,0 +1,474 @@
+// SPDX-License-Identifier: Apache-2.0
+// SimulatePlan: an event-driven replay of every device's programs (include/dcp/sim.h).
+//
+// Per pass, the simulator first indexes the programs: the time of every compute instruction, the
+// launches of every device by id, and one flow per (launch, source, destination) with the bytes
+// the sender lists, checked against what the receiver expects. Then it advances time from event
+// to event: a compute stream becoming free, a flow's latency running out (it starts moving bytes),
+// a flow finishing. All events at one time are handled before the flows' rates are reallocated.
+#include <algorithm>
+#include <limits>
+#include <queue>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "dcp/sim.h"
+#include "sim/flow_network.h"
+#include "sim/instruction_cost.h"
+#include "sim/trace.h"
+
+namespace dcp {
+namespace sim {
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+const char* PassName(Pass pass) { return pass == Pass::kForward ? "forward" : "backward"; }
+
+std::string_view ReductionName(ReductionKind kind) {
+  switch (kind) {
+    case ReductionKind::kLseMerge:
+      return "lse-merge";
+    case ReductionKind::kSum:
+      return "sum";
+    case ReductionKind::kDelta:
+      return "delta";
+  }
+  return "unknown";
+}
+
+std::string InstructionName(const Instruction& instruction) {
+  if (const auto* call = std::get_if<BlockwiseAttention>(&instruction)) {
+    return fmt::format("BlockwiseAttention {} division {}: {} tiles",
+                       call->pass == Pass::kForward ? "fwd" : "bwd", call->division,
+                       call->tiles.size());
+  }
+  if (const auto* reduction = std::get_if<BlockwiseReduction>(&instruction)) {
+    return fmt::format("BlockwiseReduction {}: {} ops", ReductionName(reduction->kind),
+                       reduction->ops.size());
+  }
+  if (const auto* copy = std::get_if<BlockwiseCopy>(&instruction)) {
+    return fmt::format("BlockwiseCopy: {} ops", copy->ops.size());
+  }
+  return "";
+}
+
+// (peer, bytes) of a launch's send or receive list, one entry per peer.
+std::vector<std::pair<int32_t, int64_t>> BytesByPeer(const std::vector<PeerSlots>& list) {
+  std::vector<std::pair<int32_t, int64_t>> out;
+  for (const PeerSlots& p : list) {
+    int64_t bytes = 0;
+    for (int64_t b : p.bytes) bytes += b;
+    out.emplace_back(p.peer.value, bytes);
+  }
+  std::sort(out.begin(), out.end());
+  size_t kept = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (kept > 0 && out[kept - 1].first == out[i].first) {
+      out[kept - 1].second += out[i].second;
+    } else {
+      out[kept++] = out[i];
+    }
+  }
+  out.resize(kept);
+  return out;
+}
+
+struct LaunchState {
+  int32_t id = 0;
+  size_t instruction = 0;
+  std::vector<std::pair<int32_t, int64_t>> sends = {}, recvs = {};  // by peer
+  std::vector<int32_t> flows = {};  // flows with this device at one end
+  int32_t pending = 0;              // of those, not finished
+  bool launched = false;
+};
+
+struct FlowState {
+  int32_t source = 0, destination = 0;
+  int32_t launch_id = 0;
+  int32_t source_launch = 0, destination_launch = 0;  // indices into each end's launches
+  int64_t bytes = 0;
+  bool inter_node = false;
+  int32_t arrivals = 0;  // ends that have launched
+  double ready_s = 0, start_s = 0;
+};
+
+struct DeviceState {
+  size_t pc = 0;
+  int32_t blocked_launch = -1;  // index into its launches while blocked in CommWait
+  double blocked_since = 0;
+  bool done = false;
+  double finish_s = 0;
+};
+
+using TimedEvent = std::pair<double, int32_t>;
+using EventQueue = std::priority_queue<TimedEvent, std::vector<TimedEvent>, std::greater<>>;
+
+class PassSimulator {
+ public:
+  PassSimulator(const Plan& plan, Pass pass, const ClusterSpec& cluster, TraceRecorder* trace)
+      : plan_(plan),
+        pass_(pass),
+        programs_(pass == Pass::kForward ? plan.forward : plan.backward),
+        cluster_(cluster),
+        trace_(trace),
+        devices_(plan.topology.devices()) {}
+
+  Status Prepare() {
+    seconds_.resize(devices_);
+    launch_of_.resize(devices_);
+    launches_.resize(devices_);
+    stats_.assign(devices_, DeviceSimStats{});
+    std::vector<std::unordered_map<int32_t, int32_t>> by_id(devices_);
+    for (int32_t d = 0; d < devices_; ++d) {
+      const Program& program = programs_[d];
+      const size_t n = program.instructions.size();
+      seconds_[d].assign(n, 0);
+      launch_of_[d].assign(n, -1);
+      for (size_t i = 0; i < n; ++i) {
+        const Instruction& instruction = program.instructions[i];
+        DCP_RETURN_IF_ERROR(CheckInstruction(plan_, program, i).WithContext(Where(d)));
+        seconds_[d][i] = InstructionSeconds(plan_, program, instruction, cluster_.device);
+        if (const auto* call = std::get_if<BlockwiseAttention>(&instruction)) {
+          stats_[d].attention_flops += AttentionFlops(plan_, *call);
+        } else if (const auto* launch = std::get_if<CommLaunch>(&instruction)) {
+          const auto [it, inserted] =
+              by_id[d].emplace(launch->id, static_cast<int32_t>(launches_[d].size()));
+          if (!inserted) {
+            return Status::InvalidArgument(
+                fmt::format("{}: instruction {}: CommLaunch {} repeats the id of instruction {}",
+                            Where(d), i, launch->id, launches_[d][it->second].instruction));
+          }
+          launches_[d].push_back(LaunchState{.id = launch->id,
+                                             .instruction = i,
+                                             .sends = BytesByPeer(launch->sends),
+                                             .recvs = BytesByPeer(launch->recvs)});
+          launch_of_[d][i] = it->second;
+        } else if (const auto* wait = std::get_if<CommWait>(&instruction)) {
+          const auto it = by_id[d].find(wait->id);
+          if (it == by_id[d].end()) {
+            return Status::InvalidArgument(
+                fmt::format("{}: instruction {}: CommWait {} has no earlier CommLaunch {}",
+                            Where(d), i, wait->id, wait->id));
+          }
+          launch_of_[d][i] = it->second;
+        }
+      }
+    }
+    // One flow per sender's (launch, peer), matched against the receiver's launch.
+    for (int32_t d = 0; d < devices_; ++d) {
+      for (size_t l = 0; l < launches_[d].size(); ++l) {
+        const LaunchState& launch = launches_[d][l];
+        for (const auto& [peer, bytes] : launch.sends) {
+          const auto it = by_id[peer].find(launch.id);
+          if (it == by_id[peer].end()) {
+            return Status::InvalidArgument(fmt::format(
+                "{}: instruction {}: CommLaunch {} sends to device {}, which has no CommLaunch {}",
+                Where(d), launch.instruction, launch.id, peer, launch.id));
+          }
+          const LaunchState& other = launches_[peer][it->second];
+          const auto match = std::lower_bound(other.recvs.begin(), other.recvs.end(),
+                                              std::pair<int32_t, int64_t>{d, 0});
+          if (match == other.recvs.end() || match->first != d || match->second != bytes) {
+            return Status::InvalidArgument(fmt::format(
+                "{}: instruction {}: CommLaunch {} sends {} bytes to device {}, whose CommLaunch "
+                "{} expects {} bytes from device {}",
+                Where(d), launch.instruction, launch.id, bytes, peer, launch.id,
+                match == other.recvs.end() || match->first != d ? 0 : match->second, d));
+          }
+          const auto f = static_cast<int32_t>(flows_.size());
+          flows_.push_back(FlowState{.source = d,
+                                     .destination = peer,
+                                     .launch_id = launch.id,
+                                     .source_launch = static_cast<int32_t>(l),
+                                     .destination_launch = it->second,
+                                     .bytes = bytes,
+                                     .inter_node = NodeOf(d) != NodeOf(peer)});
+          launches_[d][l].flows.push_back(f);
+          if (peer != d) launches_[peer][it->second].flows.push_back(f);
+          (NodeOf(d) != NodeOf(peer) ? stats_[d].bytes_sent_inter_node
+                                     : stats_[d].bytes_sent_intra_node) += bytes;
+        }
+      }
+    }
+    // Every receive has its send: a receive without one would leave its wait blocked forever.
+    for (int32_t d = 0; d < devices_; ++d) {
+      for (const LaunchState& launch : launches_[d]) {
+        for (const auto& [peer, bytes] : launch.recvs) {
+          const auto it = by_id[peer].find(launch.id);
+          const bool sent = it != by_id[peer].end() &&
+                            std::binary_search(launches_[peer][it->second].sends.begin(),
+                                               launches_[peer][it->second].sends.end(),
+                                               std::pair<int32_t, int64_t>{d, bytes});
+          if (!sent) {
+            return Status::InvalidArgument(fmt::format(
+                "{}: instruction {}: CommLaunch {} expects {} bytes from device {}, which sends "
+                "no such message in a CommLaunch {}",
+                Where(d), launch.instruction, launch.id, bytes, peer, launch.id));
+          }
+        }
+      }
+    }
+    for (std::vector<LaunchState>& list : launches_) {
+      for (LaunchState& launch : list) launch.pending = static_cast<int32_t>(launch.flows.size());
+    }
+    return Status::Ok();
+  }
+
+  Result<PassSimReport> Run() {
+    const int32_t nodes = plan_.topology.nodes;
+    // Resources: switch egress and ingress of every device, network egress and ingress of every
+    // node.
+    std::vector<double> capacities;
+    capacities.insert(capacities.end(), 2 * static_cast<size_t>(devices_),
+                      cluster_.intra_node.bytes_per_s);
+    capacities.insert(capacities.end(), 2 * static_cast<size_t>(nodes),
+                      cluster_.inter_node.bytes_per_s);
+    FlowNetwork network(std::move(capacities));
+    state_.assign(devices_, DeviceState{});
+    for (int32_t d = 0; d < devices_; ++d) streams_.emplace(0.0, d);
+
+    std::vector<int32_t> finished;
+    while (true) {
+      const double t =
+          std::min({streams_.empty() ? kInfinity : streams_.top().first,
+                    starts_.empty() ? kInfinity : starts_.top().first, network.NextFinish()});
+      if (t == kInfinity) break;
+      finished.clear();
+      network.TakeFinished(t, &finished);
+      bool changed = !finished.empty();
+      for (int32_t f : finished) Finish(f, t);
+      for (bool progressed = true; progressed;) {
+        progressed = false;
+        while (!starts_.empty() && starts_.top().first <= t) {
+          const int32_t f = starts_.top().second;
+          starts_.pop();
+          progressed = true;
+          FlowState& flow = flows_[f];
+          flow.start_s = t;
+          if (flow.bytes == 0 || flow.source == flow.destination) {
+            Finish(f, t);  // nothing crosses a link
+          } else {
+            const int32_t n = devices_;
+            const int32_t a = flow.inter_node ? 2 * n + NodeOf(flow.source) : flow.source;
+            const int32_t b =
+                flow.inter_node ? 2 * n + nodes + NodeOf(flow.destination) : n + flow.destination;
+            network.Add(f, static_cast<double>(flow.bytes), a, b);
+            changed = true;
+          }
+        }
+        while (!streams_.empty() && streams_.top().first <= t) {
+          const int32_t d = streams_.top().second;
+          streams_.pop();
+          progressed = true;
+          Step(d, t);
+        }
+      }
+      if (changed) network.Reallocate(t);
+    }
+
+    for (int32_t d = 0; d < devices_; ++d) {
+      if (!state_[d].done) return Deadlock();
+    }
+    PassSimReport report;
+    report.flows = static_cast<int64_t>(flows_.size());
+    for (int32_t d = 0; d < devices_; ++d) {
+      report.makespan_s = std::max(report.makespan_s, state_[d].finish_s);
+    }
+    for (int32_t d = 0; d < devices_; ++d) {
+      DeviceSimStats& s = stats_[d];
+      s.idle_s = report.makespan_s - state_[d].finish_s;
+      report.total.busy_s += s.busy_s;
+      report.total.exposed_comm_s += s.exposed_comm_s;
+      report.total.idle_s += s.idle_s;
+      report.total.bytes_sent_intra_node += s.bytes_sent_intra_node;
+      report.total.bytes_sent_inter_node += s.bytes_sent_inter_node;
+      report.total.attention_flops += s.attention_flops;
+    }
+    report.devices = std::move(stats_);
+    return report;
+  }
+
+ private:
+  int32_t NodeOf(int32_t device) const { return device / plan_.topology.devices_per_node; }
+
+  std::string Where(int32_t device) const {
+    return fmt::format("{} pass, device {}", PassName(pass_), device);
+  }
+
+  double Latency(const FlowState& flow) const {
+    if (flow.source == flow.destination) return 0;
+    return flow.inter_node ? cluster_.inter_node.latency_s : cluster_.intra_node.latency_s;
+  }
+
+  // Runs device d's stream from time t until it starts a compute instruction, blocks or ends.
+  void Step(int32_t d, double t) {
+    DeviceState& s = state_[d];
+    const Program& program = programs_[d];
+    while (s.pc < program.instructions.size()) {
+      const size_t i = s.pc++;
+      const Instruction& instruction = program.instructions[i];
+      if (std::holds_alternative<CommLaunch>(instruction)) {
+        LaunchState& launch = launches_[d][launch_of_[d][i]];
+        launch.launched = true;
+        if (trace_ != nullptr) trace_->Launch(d, t, launch.id);
+        for (int32_t f : launch.flows) {
+          FlowState& flow = flows_[f];
+          const int32_t needed = flow.source == flow.destination ? 1 : 2;
+          if (++flow.arrivals == needed) {
+            flow.ready_s = t;
+            starts_.emplace(t + Latency(flow), f);
+          }
+        }
+      } else if (std::holds_alternative<CommWait>(instruction)) {
+        const int32_t l = launch_of_[d][i];
+        if (launches_[d][l].pending > 0) {
+          s.blocked_launch = l;
+          s.blocked_since = t;
+          return;
+        }
+      } else {
+        const double seconds = seconds_[d][i];
+        stats_[d].busy_s += seconds;
+        if (trace_ != nullptr) trace_->Compute(d, t, t + seconds, InstructionName(instruction));
+        if (seconds > 0) {
+          streams_.emplace(t + seconds, d);
+          return;
+        }
+      }
+    }
+    s.done = true;
+    s.finish_s = t;
+  }
+
+  // Flow f finished at time t: the waits of both ends may go on.
+  void Finish(int32_t f, double t) {
+    const FlowState& flow = flows_[f];
+    if (trace_ != nullptr) {
+      trace_->Flow(flow.source, flow.destination, flow.launch_id, flow.bytes, flow.inter_node,
+                   flow.ready_s, flow.start_s, t);
+    }
+    for (const auto& [device, l] : {std::pair{flow.source, flow.source_launch},
+                                    std::pair{flow.destination, flow.destination_launch}}) {
+      if (device == flow.destination && flow.source == flow.destination) break;
+      LaunchState& launch = launches_[device][l];
+      DeviceState& s = state_[device];
+      if (--launch.pending == 0 && s.blocked_launch == l) {
+        stats_[device].exposed_comm_s += t - s.blocked_since;
+        if (trace_ != nullptr) trace_->Wait(device, s.blocked_since, t, launch.id);
+        s.blocked_launch = -1;
+        streams_.emplace(t, device);
+      }
+    }
+  }
+
+  // Names the first blocked device and what it waits for.
+  Status Deadlock() const {
+    for (int32_t d = 0; d < devices_; ++d) {
+      const DeviceState& s = state_[d];
+      if (s.done || s.blocked_launch < 0) continue;
+      const LaunchState& launch = launches_[d][s.blocked_launch];
+      std::string why;
+      for (int32_t f : launch.flows) {
+        const FlowState& flow = flows_[f];
+        const int32_t peer = flow.source == d ? flow.destination : flow.source;
+        const int32_t peer_launch = flow.source == d ? flow.destination_launch : flow.source_launch;
+        if (!launches_[peer][peer_launch].launched) {
+          const DeviceState& p = state_[peer];
+          why = fmt::format(": device {} never reaches its CommLaunch {} (instruction {}); it is ",
+                            peer, launch.id, launches_[peer][peer_launch].instruction);
+          why += p.blocked_launch >= 0 ? fmt::format("blocked in CommWait {} at instruction {}",
+                                                     launches_[peer][p.blocked_launch].id, p.pc - 1)
+                                       : std::string("stopped");
+          break;
+        }
+      }
+      return Status::InvalidArgument(
+          fmt::format("deadlock in the {} pass: device {} waits forever in CommWait {} at "
+                      "instruction {}{}",
+                      PassName(pass_), d, launch.id, s.pc - 1, why));
+    }
+    return Status::Internal(fmt::format("the {} pass stopped early", PassName(pass_)));
+  }
+
+  const Plan& plan_;
+  const Pass pass_;
+  const std::vector<Program>& programs_;
+  const ClusterSpec& cluster_;
+  TraceRecorder* trace_;
+  const int32_t devices_;
+
+  std::vector<std::vector<double>> seconds_;     // per device and instruction
+  std::vector<std::vector<int32_t>> launch_of_;  // per device and instruction: launch index
+  std::vector<std::vector<LaunchState>> launches_;
+  std::vector<FlowState> flows_;
+  std::vector<DeviceSimStats> stats_;
+  std::vector<DeviceState> state_;
+  EventQueue streams_;  // (time, device): the stream is free to go on
+  EventQueue starts_;   // (time, flow): the flow's latency has passed
+};
+
+Status CheckPlan(const Plan& plan, const ClusterSpec& cluster) {
+  if (plan.part_device >= 0) {
+    return Status::InvalidArgument(fmt::format(
+        "the plan is device {}'s part; simulating needs the whole plan", plan.part_device));
+  }
+  DCP_RETURN_IF_ERROR(plan.topology.Validate().WithContext("plan topology"));
+  if (plan.topology.devices_per_node != cluster.devices_per_node) {
+    return Status::InvalidArgument(fmt::format(
+        "plan topology {} has {} devices per node, cluster '{}' has {}", plan.topology.ToString(),
+        plan.topology.devices_per_node, cluster.name, cluster.devices_per_node));
+  }
+  if (plan.shape.head_dim < 1 || plan.shape.heads < 1 || plan.head_groups < 1 ||
+      plan.shape.heads % plan.head_groups != 0) {
+    return Status::InvalidArgument(
+        fmt::format("plan shape: {} heads of dimension {} in {} head groups", plan.shape.heads,
+                    plan.shape.head_dim, plan.head_groups));
+  }
+  const auto devices = static_cast<size_t>(plan.topology.devices());
+  for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+    const std::vector<Program>& programs = pass == Pass::kForward ? plan.forward : plan.backward;
+    if (programs.size() != devices) {
+      return Status::InvalidArgument(fmt::format("the plan has {} {} programs for {} devices",
+                                                 programs.size(), PassName(pass), devices));
+    }
+    for (size_t d = 0; d < devices; ++d) {
+      if (programs[d].device.value != static_cast<int32_t>(d) || programs[d].pass != pass) {
+        return Status::InvalidArgument(fmt::format("{} program {} is for device {} and the {} pass",
+                                                   PassName(pass), d, programs[d].device.value,
+                                                   PassName(programs[d].pass)));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+}  // namespace sim
+
+Result<SimReport> SimulatePlan(const Plan& plan, const ClusterSpec& cluster,
+                               const SimOptions& options) {
+  DCP_RETURN_IF_ERROR(cluster.Validate());
+  DCP_RETURN_IF_ERROR(options.Validate());
+  DCP_RETURN_IF_ERROR(sim::CheckPlan(plan, cluster));
+  sim::TraceRecorder recorder;
+  sim::TraceRecorder* trace = options.trace ? &recorder : nullptr;
+  SimReport report;
+  for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+    if (trace != nullptr) {
+      trace->BeginPass(sim::PassName(pass),
+                       pass == Pass::kForward ? 0.0 : report.forward.makespan_s);
+    }
+    sim::PassSimulator simulator(plan, pass, cluster, trace);
+    DCP_RETURN_IF_ERROR(simulator.Prepare());
+    DCP_ASSIGN_OR_RETURN(PassSimReport pass_report, simulator.Run());
+    (pass == Pass::kForward ? report.forward : report.backward) = std::move(pass_report);
+  }
+  if (trace != nullptr) {
+    report.trace_json = recorder.ToJson(plan.topology.devices(), plan.topology.devices_per_node);
+  }
+  return report;
+}
+
+}  // namespace dcp

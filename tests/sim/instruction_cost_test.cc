@@ -1,0 +1,178 @@
+// SPDX-License-Identifier: Apache-2.0
+// The kernel model: touched sub-tiles against brute-force counts, and call times against the
+// formulas of include/dcp/sim.h.
+#include "sim/instruction_cost.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "dcp/sim.h"
+#include "plan/plan_fixtures.h"
+#include "sim/sim_fixtures.h"
+
+namespace dcp {
+namespace {
+
+using sim::TileWork;
+using sim::TouchedWork;
+
+constexpr double kRelTolerance = 1e-12;
+
+std::vector<Slice> Causal(int64_t n) {
+  return {Slice{.row_begin = 0, .row_end = n, .lo = {0, 0}, .hi = {1, 1}}};
+}
+std::vector<Slice> Full(int64_t rows, int64_t cols) {
+  return {Slice{.row_begin = 0, .row_end = rows, .lo = {0, 0}, .hi = {cols, 0}}};
+}
+
+TEST(TouchedWork, CountsTheSubTilesACausalDiagonalTouches) {
+  const TileWork w = TouchedWork(Causal(1024), 1024, 1024, 128, 128);
+  EXPECT_EQ(w.pairs, 36.0 * 128 * 128);        // 8 + 7 + ... + 1 sub-tiles
+  EXPECT_EQ(w.max_row_band, 8.0 * 128 * 128);  // the last row band
+  EXPECT_EQ(w.max_col_band, 8.0 * 128 * 128);  // the first column band
+}
+
+TEST(TouchedWork, ClipsPartialSubTilesToTheTile) {
+  const TileWork w = TouchedWork(Full(1000, 1000), 1000, 1000, 128, 128);
+  EXPECT_EQ(w.pairs, 1e6);
+  EXPECT_EQ(w.max_row_band, 128.0 * 1000);
+  EXPECT_EQ(w.max_col_band, 1000.0 * 128);
+}
+
+TEST(TouchedWork, IgnoresColumnsOutsideTheTileAndEmptyRows) {
+  // Columns [-5, 20) clipped to [0, 10); and rows whose interval [0, i - 3) is empty.
+  const std::vector<Slice> wide = {
+      Slice{.row_begin = 0, .row_end = 10, .lo = {-5, 0}, .hi = {20, 0}}};
+  EXPECT_EQ(TouchedWork(wide, 10, 10, 1, 1).pairs, 100);
+  const std::vector<Slice> late = {
+      Slice{.row_begin = 0, .row_end = 10, .lo = {0, 0}, .hi = {-3, 1}}};
+  EXPECT_EQ(TouchedWork(late, 10, 10, 1, 1).pairs, 1 + 2 + 3 + 4 + 5 + 6);
+  EXPECT_EQ(TouchedWork(late, 10, 10, 4, 4).pairs, 4 * 4 + 2 * 4 * 2);  // rows 4-7 and 8-9
+  EXPECT_EQ(TouchedWork({}, 10, 10, 4, 4).pairs, 0);
+}
+
+// Every allowed pair, and every sub-tile holding one, counted one by one.
+TEST(TouchedWork, MatchesABruteForceCountOnMaskFamilies) {
+  const char* const masks[] = {"causal",
+                               "full",
+                               "sliding-window:window=37",
+                               "lambda:sink=5,window=40",
+                               "causal-blockwise:block=16,local=2",
+                               "shared-question:question=0.3,answers=3",
+                               "documents:lengths=50/70",
+                               "modality:image=40,text=30"};
+  std::mt19937_64 rng(3);
+  for (const char* text : masks) {
+    for (int trial = 0; trial < 4; ++trial) {
+      const int64_t length = 150 + static_cast<int64_t>(rng() % 200);
+      const int64_t tr = 1 + static_cast<int64_t>(rng() % 40);
+      const int64_t tc = 1 + static_cast<int64_t>(rng() % 40);
+      SCOPED_TRACE(::testing::Message()
+                   << text << ", length " << length << ", sub-tile " << tr << "x" << tc);
+      const Result<Mask> mask = MaskSpec::Parse(text)->Build(length);
+      ASSERT_TRUE(mask.ok()) << mask.status().ToString();
+      EXPECT_EQ(TouchedWork(mask->slices(), length, length, 1, 1).pairs,
+                static_cast<double>(mask->TotalArea()));
+      double pairs = 0, max_row = 0, max_col = 0;
+      std::vector<double> col_band((length + tc - 1) / tc, 0);
+      for (int64_t r = 0; r < length; r += tr) {
+        double row_band = 0;
+        for (int64_t c = 0; c < length; c += tc) {
+          const int64_t r1 = std::min(length, r + tr), c1 = std::min(length, c + tc);
+          if (mask->Area(r, r1, c, c1) == 0) continue;
+          const auto cell = static_cast<double>((r1 - r) * (c1 - c));
+          pairs += cell;
+          row_band += cell;
+          col_band[c / tc] += cell;
+        }
+        max_row = std::max(max_row, row_band);
+      }
+      for (double b : col_band) max_col = std::max(max_col, b);
+      const TileWork w = TouchedWork(mask->slices(), length, length, tr, tc);
+      EXPECT_EQ(w.pairs, pairs);
+      EXPECT_EQ(w.max_row_band, max_row);
+      EXPECT_EQ(w.max_col_band, max_col);
+    }
+  }
+}
+
+// A plan with one compute block: a q block of `rows` tokens, a kv block of `cols`, `slices`.
+Plan OneTilePlan(int64_t rows, int64_t cols, int64_t area, int64_t heads, int64_t head_dim) {
+  Plan plan = testing::EmptyPlan({.nodes = 1, .devices_per_node = 1});
+  plan.shape = AttentionShape{.heads = heads, .kv_heads = 1, .head_dim = head_dim};
+  plan.blocks = {PlanBlock{.sequence = SequenceId{0}, .token_begin = 0, .tokens = rows},
+                 PlanBlock{.sequence = SequenceId{1}, .token_begin = 0, .tokens = cols}};
+  plan.compute_blocks = {
+      PlanComputeBlock{.q_block = DataBlockId{0}, .kv_block = DataBlockId{1}, .area = area}};
+  return plan;
+}
+
+BlockwiseAttention OneTileCall(Pass pass, std::vector<Slice> slices) {
+  return BlockwiseAttention{
+      .pass = pass,
+      .tiles = {AttentionTile{.block = ComputeBlockId{0}, .slices = std::move(slices)}}};
+}
+
+TEST(InstructionSeconds, AttentionIsFlopsOverPeakInTheSimpleModel) {
+  const Plan plan = OneTilePlan(100, 60, 6000, 4, 8);
+  const DeviceSpec device = testing::SimpleCluster(1).device;
+  const Program& program = plan.forward[0];
+  EXPECT_DOUBLE_EQ(
+      InstructionSeconds(plan, program, OneTileCall(Pass::kForward, Full(100, 60)), device),
+      4.0 * 6000 * 8 * 4 / 1e12);
+  EXPECT_DOUBLE_EQ(
+      InstructionSeconds(plan, program, OneTileCall(Pass::kBackward, Full(100, 60)), device),
+      10.0 * 6000 * 8 * 4 / 1e12);
+  EXPECT_EQ(InstructionSeconds(plan, program, BlockwiseAttention{}, device), 0);
+}
+
+TEST(InstructionSeconds, AttentionPaysForTouchedSubTilesAndSmallTiles) {
+  // A causal 1024 diagonal on the p4de model without the occupancy bound: 36 touched 128 x 128
+  // sub-tiles at forward efficiency x f(1024)^2.
+  const int64_t n = 1024;
+  const Plan plan = OneTilePlan(n, n, n * (n + 1) / 2, 8, 128);
+  DeviceSpec device = ClusterPreset("p4de")->device;
+  device.attention.sm_count = 0;
+  const AttentionKernelModel& m = device.attention;
+  const double f = 1024.0 / (1024.0 + m.rows_half) * 1024.0 / (1024.0 + m.cols_half);
+  const double expected =
+      m.launch_s + 36.0 * 128 * 128 * 4 * 128 * 8 / (device.peak_flops * m.forward_efficiency * f);
+  EXPECT_NEAR(
+      InstructionSeconds(plan, plan.forward[0], OneTileCall(Pass::kForward, Causal(n)), device),
+      expected, expected * kRelTolerance);
+}
+
+TEST(InstructionSeconds, ACallWithFewCtasIsBoundByTheLongestOne) {
+  // One head, one full 1024 x 1024 tile: 8 row bands of 128 x 1024 pairs for 108 SMs. The longest
+  // CTA runs one band at 1/108 of the device's rate: 108 / 8 times the throughput bound.
+  const int64_t n = 1024;
+  const Plan plan = OneTilePlan(n, n, n * n, 1, 128);
+  DeviceSpec device = ClusterPreset("p4de")->device;
+  device.attention.launch_s = 0;
+  const AttentionKernelModel& m = device.attention;
+  const double rate = device.peak_flops * m.backward_efficiency * 1024.0 / (1024.0 + m.rows_half) *
+                      1024.0 / (1024.0 + m.cols_half);
+  const double throughput_s = 10.0 * n * n * 128 / rate;
+  const double seconds =
+      InstructionSeconds(plan, plan.forward[0], OneTileCall(Pass::kBackward, Full(n, n)), device);
+  EXPECT_NEAR(seconds, throughput_s * 108 / 8, seconds * kRelTolerance);
+}
+
+TEST(InstructionSeconds, ReductionsAndCopiesAreMemoryBound) {
+  const Plan plan = testing::TwoBlockCausalPlan();
+  DeviceSpec device = testing::SimpleCluster(2).device;
+  device.memory_op_launch_s = 1e-6;
+  const Program& d0 = plan.forward[0];
+  // Instruction 1 initialises (O fp32 512 B, LSE 64 B) twice; instruction 6 copies 512 -> 256 B
+  // and 64 -> 64 B.
+  EXPECT_DOUBLE_EQ(InstructionSeconds(plan, d0, d0.instructions[1], device),
+                   1e-6 + 2.0 * (512 + 64) / 1e9);
+  EXPECT_DOUBLE_EQ(InstructionSeconds(plan, d0, d0.instructions[6], device),
+                   1e-6 + (512.0 + 256 + 64 + 64) / 1e9);
+  EXPECT_EQ(InstructionSeconds(plan, d0, d0.instructions[0], device), 0);  // CommLaunch
+  EXPECT_EQ(InstructionSeconds(plan, d0, BlockwiseCopy{}, device), 0);
+}
+
+}  // namespace
+}  // namespace dcp

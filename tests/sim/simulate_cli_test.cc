@@ -1,0 +1,193 @@
+// SPDX-License-Identifier: Apache-2.0
+// End-to-end tests of `dcp simulate`: run the binary, parse its --json output, check exit codes
+// and error messages.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string ShellQuote(const std::string& arg) {
+  std::string quoted = "'";
+  for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+std::string TempPath(const std::string& suffix) {
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return ::testing::TempDir() + "dcp_sim_cli_" + info->name() + "_" + std::to_string(::getpid()) +
+         suffix;
+}
+
+CliRun RunDcp(const std::vector<std::string>& args) {
+  const std::string err_path = TempPath(".stderr");
+  std::string command = ShellQuote(DCP_CLI_PATH);
+  for (const std::string& arg : args) command += " " + ShellQuote(arg);
+  command += " 2>" + ShellQuote(err_path);
+  CliRun run;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    ADD_FAILURE() << "popen failed for " << command;
+    return run;
+  }
+  char buffer[4096];
+  size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.out.append(buffer, n);
+  const int status = ::pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream err(err_path);
+  std::stringstream contents;
+  contents << err.rdbuf();
+  run.err = contents.str();
+  std::remove(err_path.c_str());
+  return run;
+}
+
+nlohmann::json ParseJson(const CliRun& run) {
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  nlohmann::json j = nlohmann::json::parse(run.out, nullptr, /*allow_exceptions=*/false);
+  EXPECT_TRUE(j.is_object()) << "stdout is not a JSON object:\n" << run.out;
+  return j.is_object() ? j : nlohmann::json::object();
+}
+
+std::vector<std::string> SmallBatch(std::vector<std::string> more) {
+  std::vector<std::string> args = {
+      "simulate", "--seqlens", "8192,3000,1000", "--block-size", "512", "--topology", "2x8"};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+void ExpectSimulated(const nlohmann::json& j, const std::string& strategy) {
+  for (const char* key :
+       {"strategy", "fwd_ms", "bwd_ms", "total_ms", "bytes_inter_node", "compute_imbalance",
+        "fwd_exposed_comm_ms", "bwd_exposed_comm_ms", "planning_ms"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(j.value("strategy", ""), strategy);
+  EXPECT_GT(j.value("fwd_ms", 0.0), 0);
+  EXPECT_GT(j.value("bwd_ms", 0.0), j.value("fwd_ms", 0.0));  // 2.5x the FLOPs
+  EXPECT_NEAR(j.value("total_ms", 0.0), j.value("fwd_ms", 0.0) + j.value("bwd_ms", 0.0), 1e-9);
+  EXPECT_GT(j.value("bytes_inter_node", int64_t{0}), 0);
+  EXPECT_GE(j.value("compute_imbalance", 0.0), 1.0);
+  EXPECT_GE(j.value("fwd_exposed_comm_ms", -1.0), 0);
+  EXPECT_LE(j.value("fwd_exposed_comm_ms", 1e9), j.value("fwd_ms", 0.0));
+  EXPECT_GT(j.value("planning_ms", 0.0), 0);
+  ASSERT_TRUE(j.contains("fwd"));
+  EXPECT_EQ(j["fwd"].value("bytes_inter_node", int64_t{0}) +
+                j["bwd"].value("bytes_inter_node", int64_t{0}),
+            j.value("bytes_inter_node", int64_t{-1}));
+}
+
+TEST(CliSimulate, SimulatesDcpOnASmallBatchAsJson) {
+  const nlohmann::json j = ParseJson(RunDcp(SmallBatch({"--json"})));
+  ExpectSimulated(j, "dcp");
+  EXPECT_EQ(j.value("cluster", ""), "p4de");
+  EXPECT_EQ(j.value("topology", ""), "2x8");
+}
+
+TEST(CliSimulate, SimulatesRingOnTheSameBatch) {
+  const CliRun run = RunDcp(SmallBatch({"--strategy", "ring", "--json"}));
+  const nlohmann::json j = ParseJson(run);
+  ExpectSimulated(j, "ring");
+}
+
+TEST(CliSimulate, KeepsTheFastestLoongTrainInnerRing) {
+  const nlohmann::json j = ParseJson(RunDcp(SmallBatch({"--strategy", "loongtrain", "--json"})));
+  ExpectSimulated(j, "loongtrain");
+  ASSERT_TRUE(j.contains("inner_ring_total_ms"));
+  // 16 devices, 2 KV heads: 8 context ranks, inner rings 1, 2, 4 and 8 all divide them.
+  double best = 1e18;
+  for (const auto& [ring, ms] : j["inner_ring_total_ms"].items())
+    best = std::min(best, ms.get<double>());
+  EXPECT_EQ(j["inner_ring_total_ms"].size(), 4u);
+  EXPECT_DOUBLE_EQ(j.value("total_ms", 0.0), best);
+  EXPECT_EQ(j["inner_ring_total_ms"].value(std::to_string(j.value("inner_ring", 0)), 0.0), best);
+}
+
+TEST(CliSimulate, SimulatesAPlanFileAsItsBatchWould) {
+  const std::string plan_path = TempPath(".plan");
+  const CliRun planned = RunDcp({"plan", "--seqlens", "8192,3000,1000", "--block-size", "512",
+                                 "--topology", "2x8", "-o", plan_path});
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  const nlohmann::json from_file = ParseJson(RunDcp({"simulate", "--plan", plan_path, "--json"}));
+  const nlohmann::json from_batch = ParseJson(RunDcp(SmallBatch({"--json"})));
+  EXPECT_DOUBLE_EQ(from_file.value("total_ms", 0.0), from_batch.value("total_ms", -1.0));
+  EXPECT_TRUE(from_file["planning_ms"].is_null());
+  EXPECT_EQ(from_file.value("bytes_inter_node", int64_t{0}),
+            from_batch.value("bytes_inter_node", int64_t{-1}));
+
+  const CliRun mixed = RunDcp({"simulate", "--plan", plan_path, "--seqlens", "100"});
+  EXPECT_NE(mixed.exit_code, 0);
+  EXPECT_NE(mixed.err.find("--seqlens cannot be combined with --plan"), std::string::npos)
+      << mixed.err;
+  std::remove(plan_path.c_str());
+}
+
+TEST(CliSimulate, WritesATraceAndReadsAClusterFile) {
+  const std::string trace_path = TempPath(".trace.json");
+  const std::string cluster_path = TempPath(".cluster.json");
+  std::ofstream(cluster_path) << R"({"preset": "h100", "inter_node": {"bytes_per_s": 1e9}})";
+  const nlohmann::json slow =
+      ParseJson(RunDcp(SmallBatch({"--cluster", cluster_path, "--trace", trace_path, "--json"})));
+  const nlohmann::json fast = ParseJson(RunDcp(SmallBatch({"--cluster", "h100", "--json"})));
+  EXPECT_EQ(slow.value("cluster", ""), "h100");
+  EXPECT_GT(slow.value("total_ms", 0.0), fast.value("total_ms", 0.0));
+  std::ifstream in(trace_path);
+  const nlohmann::json trace = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_TRUE(trace.is_object());
+  EXPECT_GT(trace["traceEvents"].size(), 16u);
+  std::remove(trace_path.c_str());
+  std::remove(cluster_path.c_str());
+}
+
+TEST(CliSimulate, PrintsASummaryTable) {
+  const CliRun run = RunDcp(SmallBatch({}));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("forward"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("backward"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("compute imbalance"), std::string::npos) << run.out;
+}
+
+TEST(CliSimulate, RejectsATopologyThatDoesNotMatchTheCluster) {
+  const CliRun run = RunDcp({"simulate", "--seqlens", "4096", "--topology", "4x4"});
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.err.find("4 devices per node but cluster 'p4de' has 8"), std::string::npos)
+      << run.err;
+}
+
+TEST(CliSimulate, RejectsBadInputWithClearErrors) {
+  const std::string cluster_path = TempPath(".cluster.json");
+  std::ofstream(cluster_path) << R"({"intra_node": {"bandwidth": 1}})";
+  struct Case {
+    std::vector<std::string> args;
+    std::string fragment;
+  };
+  const Case cases[] = {
+      {{"simulate", "--seqlens", "4096", "--cluster", "tpu"}, "neither a preset"},
+      {{"simulate", "--seqlens", "4096", "--cluster", cluster_path}, "intra_node.bandwidth"},
+      {{"simulate", "--seqlens", "4096", "--strategy", "magic"}, "--strategy"},
+      {{"simulate", "--plan", "/nonexistent/x.plan"}, "/nonexistent/x.plan"},
+      {{"simulate", "--seqlens", "4096", "--divisions", "lots"}, "--divisions 'lots'"},
+  };
+  for (const Case& c : cases) {
+    const CliRun run = RunDcp(c.args);
+    EXPECT_NE(run.exit_code, 0) << c.fragment;
+    EXPECT_NE(run.err.find(c.fragment), std::string::npos) << run.err;
+  }
+  std::remove(cluster_path.c_str());
+}
+
+}  // namespace

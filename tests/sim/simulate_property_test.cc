@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: Apache-2.0
+// Invariants of SimulatePlan over compiled plans of random batches: the time of every device adds
+// up, no pass ends before its busiest device has computed, and the bytes match the plan's.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "dcp/sim.h"
+
+namespace dcp {
+namespace {
+
+const char* const kMasks[] = {"causal",
+                              "full",
+                              "sliding-window:window=100",
+                              "lambda:sink=8,window=150",
+                              "causal-blockwise:block=64,local=2",
+                              "shared-question:question=0.3,answers=3"};
+
+struct RandomCase {
+  std::vector<int64_t> lengths;
+  std::string mask;
+  Topology topology;
+  int64_t block_size = 0;
+  int64_t head_groups = 1;
+  int32_t divisions = 0;
+};
+
+RandomCase MakeCase(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  RandomCase c;
+  c.block_size = int64_t{64} << (rng() % 5);  // 64 .. 1024
+  const int64_t max_length = std::max<int64_t>(8 * c.block_size, 300);
+  c.lengths.resize(1 + rng() % 5);
+  for (int64_t& l : c.lengths) l = 1 + static_cast<int64_t>(rng() % max_length);
+  c.mask = kMasks[rng() % std::size(kMasks)];
+  c.topology = Topology{.nodes = 1 + static_cast<int32_t>(rng() % 4),
+                        .devices_per_node = 1 + static_cast<int32_t>(rng() % 8)};
+  c.head_groups = rng() % 3 == 0 ? 2 : 1;
+  c.divisions = rng() % 3 == 0 ? 2 + static_cast<int32_t>(rng() % 4) : 0;
+  return c;
+}
+
+Result<Plan> CompileCase(const RandomCase& c) {
+  DCP_ASSIGN_OR_RETURN(Batch batch,
+                       Batch::Create(c.lengths, {*MaskSpec::Parse(c.mask)},
+                                     AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 64}));
+  DCP_ASSIGN_OR_RETURN(BlockSet blocks, MakeBlocks(batch, {.block_size = c.block_size,
+                                                           .head_groups = c.head_groups}));
+  DCP_ASSIGN_OR_RETURN(PartitionResult placed, PartitionBlocks(blocks, c.topology, {}));
+  DCP_ASSIGN_OR_RETURN(Schedule schedule,
+                       ScheduleDivisions(blocks, placed.placement, c.topology,
+                                         ScheduleOptions{.divisions = c.divisions}));
+  return CompilePlan(batch, blocks, placed.placement, schedule, c.topology);
+}
+
+TEST(SimulatePlan, InvariantsHoldOnRandomPlans) {
+  for (uint64_t seed = 0; seed < 150; ++seed) {
+    const RandomCase c = MakeCase(seed);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << ", topology " << c.topology.ToString()
+                                      << ", block " << c.block_size << ", mask " << c.mask);
+    Result<Plan> plan = CompileCase(c);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    ClusterSpec cluster = *ClusterPreset(seed % 2 == 0 ? "p4de" : "h100");
+    cluster.devices_per_node = c.topology.devices_per_node;
+    const Result<SimReport> report = SimulatePlan(*plan, cluster);
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+      const PassSimReport& p = pass == Pass::kForward ? report->forward : report->backward;
+      SCOPED_TRACE(pass == Pass::kForward ? "forward" : "backward");
+      ASSERT_EQ(p.devices.size(), static_cast<size_t>(c.topology.devices()));
+      double max_busy = 0, max_finish = 0;
+      for (size_t d = 0; d < p.devices.size(); ++d) {
+        const DeviceSimStats& s = p.devices[d];
+        EXPECT_GE(s.busy_s, 0);
+        EXPECT_GE(s.exposed_comm_s, 0);
+        EXPECT_GE(s.idle_s, 0);
+        EXPECT_NEAR(s.busy_s + s.exposed_comm_s + s.idle_s, p.makespan_s, 1e-9 * p.makespan_s)
+            << "device " << d;
+        max_busy = std::max(max_busy, s.busy_s);
+        max_finish = std::max(max_finish, s.busy_s + s.exposed_comm_s);
+      }
+      EXPECT_GE(p.makespan_s, max_busy);
+      EXPECT_NEAR(max_finish, p.makespan_s, 1e-9 * p.makespan_s);
+      const PlanTraffic t = MeasureTraffic(*plan, pass);
+      EXPECT_EQ(p.total.bytes_sent_inter_node, t.bytes_inter_node);
+      EXPECT_EQ(p.total.bytes_sent_intra_node, t.bytes_intra_node);
+    }
+    // The FLOPs the devices compute are the batch's.
+    const Batch batch = *Batch::Create(c.lengths, {*MaskSpec::Parse(c.mask)},
+                                       AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 64});
+    const BlockSet blocks =
+        *MakeBlocks(batch, {.block_size = c.block_size, .head_groups = c.head_groups});
+    EXPECT_EQ(report->forward.total.attention_flops, blocks.flops_fwd);
+    EXPECT_EQ(report->backward.total.attention_flops, blocks.flops_bwd);
+  }
+}
+
+TEST(SimulatePlan, IsDeterministic) {
+  const Result<Plan> plan = CompileCase(MakeCase(11));
+  ASSERT_TRUE(plan.ok());
+  ClusterSpec cluster;
+  cluster.devices_per_node = plan->topology.devices_per_node;
+  const Result<SimReport> a = SimulatePlan(*plan, cluster, {.trace = true});
+  const Result<SimReport> b = SimulatePlan(*plan, cluster, {.trace = true});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->total_s(), b->total_s());
+  EXPECT_EQ(a->trace_json, b->trace_json);
+}
+
+}  // namespace
+}  // namespace dcp
+
+namespace dcp {
+namespace {
+
+// Plans with a moved, dropped or duplicated instruction: the simulator returns a result or an
+// error, never hangs or crashes.
+TEST(SimulatePlan, NeverHangsOnDamagedPlans) {
+  int errors = 0;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    const RandomCase c = MakeCase(seed);
+    Result<Plan> plan = CompileCase(c);
+    ASSERT_TRUE(plan.ok());
+    std::mt19937_64 rng(seed);
+    Program& program =
+        (rng() % 2 == 0 ? plan->forward : plan->backward)[rng() % c.topology.devices()];
+    if (program.instructions.size() < 2) continue;
+    const size_t i = rng() % program.instructions.size(), j = rng() % program.instructions.size();
+    switch (rng() % 3) {
+      case 0:
+        std::swap(program.instructions[i], program.instructions[j]);
+        break;
+      case 1:
+        program.instructions.erase(program.instructions.begin() + static_cast<ptrdiff_t>(i));
+        break;
+      case 2:
+        program.instructions.push_back(program.instructions[i]);
+        break;
+    }
+    ClusterSpec cluster;
+    cluster.devices_per_node = c.topology.devices_per_node;
+    const Result<SimReport> r = SimulatePlan(*plan, cluster);
+    if (!r.ok()) {
+      ++errors;
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+    }
+  }
+  EXPECT_GT(errors, 0);
+}
+
+}  // namespace
+}  // namespace dcp
