@@ -46,7 +46,7 @@ struct Outcome {
   double fwd_ms = 0, bwd_ms = 0;
   double bytes_inter_node = 0;  // both passes, mean
   double compute_imbalance = 0;  // max / mean attention FLOPs per device, mean
-  std::string choice;          // dcp: block sizes chosen; loongtrain: inner ring sizes
+  std::string choice;  // dcp: block size:eps_inter chosen per batch; loongtrain: inner ring size
 };
 
 struct Measured {
@@ -81,9 +81,10 @@ ScheduleOptions ScheduleFor(const ClusterSpec& cluster) {
 }
 
 Result<Plan> PlanDcp(const Batch& batch, const Topology& topology, int64_t block_size,
-                     const ScheduleOptions& schedule_options) {
+                     double eps_inter, const ScheduleOptions& schedule_options) {
   DCP_ASSIGN_OR_RETURN(BlockSet blocks, MakeBlocks(batch, {.block_size = block_size}));
-  DCP_ASSIGN_OR_RETURN(PartitionResult placed, PartitionBlocks(blocks, topology, {}));
+  DCP_ASSIGN_OR_RETURN(PartitionResult placed,
+                       PartitionBlocks(blocks, topology, {.eps_inter = eps_inter}));
   DCP_ASSIGN_OR_RETURN(Schedule schedule,
                        ScheduleDivisions(blocks, placed.placement, topology, schedule_options));
   return CompilePlan(batch, blocks, placed.placement, schedule, topology);
@@ -108,10 +109,13 @@ Status Consider(Best& best, Result<Plan> plan, const ClusterSpec& cluster, std::
 Result<Best> RunStrategy(Strategy strategy, const Batch& batch, const Topology& topology,
                          const ClusterSpec& cluster) {
   Best best;
-  if (strategy == Strategy::kDcp) {
+  if (strategy == Strategy::kDcp) {  // the paper's search: block size and inter-node tolerance
     for (int64_t block_size : {512, 1024, 2048, 4096}) {
-      DCP_RETURN_IF_ERROR(Consider(best, PlanDcp(batch, topology, block_size, ScheduleFor(cluster)),
-                                   cluster, fmt::format("{}", block_size)));
+      for (double eps_inter : {0.4, 0.1}) {
+        DCP_RETURN_IF_ERROR(
+            Consider(best, PlanDcp(batch, topology, block_size, eps_inter, ScheduleFor(cluster)),
+                     cluster, fmt::format("{}:{}", block_size, eps_inter)));
+      }
     }
     return best;
   }

@@ -198,31 +198,46 @@ class DivisionScheduler {
     return transfers;
   }
 
-  // Modelled time of the slowest device: division t's inputs move while division t-1 computes.
+  // Modelled time of a pass: division t's inputs move while division t-1 computes, and since
+  // an exchange starts only when both ends reach it, every division boundary waits for the slowest
+  // device. A device's inputs from other nodes share its node's network with the node's others.
   double ModelledTime(const std::vector<int32_t>& division, const std::vector<Transfer>& transfers,
                       int32_t n) const {
     const int32_t devices = topology_.devices();
-    std::vector<double> compute(static_cast<size_t>(devices) * n, 0), moving(compute.size(), 0);
+    const auto at = [n](int32_t index, int32_t t) { return static_cast<size_t>(index) * n + t; };
+    std::vector<double> compute(static_cast<size_t>(devices) * n, 0);
+    std::vector<double> intra(compute.size(), 0), inter(compute.size(), 0);
+    std::vector<double> node_inter(static_cast<size_t>(topology_.nodes) * n, 0);
     for (size_t c = 0; c < division.size(); ++c) {
-      compute[placement_.compute_device[c].value * n + division[c]] +=
+      compute[at(placement_.compute_device[c].value, division[c])] +=
           static_cast<double>(Flops(static_cast<int32_t>(c))) / options_.device_flops;
     }
-    const double inter_per_device = options_.inter_node_bytes_per_s / topology_.devices_per_node;
     for (const Transfer& t : transfers) {
       const NetBytes bytes =
           NetBytesOf(blocks_.data_blocks[t.block.value], blocks_.shape, blocks_.head_groups);
       const double b = static_cast<double>(t.side == Side::kRow ? bytes.row_fwd : bytes.column_fwd);
-      const bool inter = topology_.NodeOf(t.source) != topology_.NodeOf(t.destination);
-      moving[t.destination.value * n + t.division] +=
-          b / (inter ? inter_per_device : options_.intra_node_bytes_per_s);
+      const int32_t node = topology_.NodeOf(t.destination);
+      if (topology_.NodeOf(t.source) == node) {
+        intra[at(t.destination.value, t.division)] += b / options_.intra_node_bytes_per_s;
+      } else {
+        inter[at(t.destination.value, t.division)] += b;
+        node_inter[at(node, t.division)] += b / options_.inter_node_bytes_per_s;
+      }
     }
-    double slowest = 0;
-    for (int32_t d = 0; d < devices; ++d) {
-      double time = 0;
-      for (int32_t t = 1; t < n; ++t) time += std::max(compute[d * n + t - 1], moving[d * n + t]);
-      slowest = std::max(slowest, time + compute[d * n + n - 1] + n * options_.division_overhead_s);
+    double time = 0;
+    for (int32_t t = 1; t <= n; ++t) {
+      double step = 0;
+      for (int32_t d = 0; d < devices; ++d) {
+        double moving = 0;
+        if (t < n) {
+          moving = intra[at(d, t)];
+          if (inter[at(d, t)] > 0) moving += node_inter[at(topology_.NodeOf(DeviceId{d}), t)];
+        }
+        step = std::max(step, std::max(compute[at(d, t - 1)], moving));
+      }
+      time += step;
     }
-    return slowest;
+    return time + n * options_.division_overhead_s;
   }
 
  private:

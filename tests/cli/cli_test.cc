@@ -6,8 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -341,6 +343,54 @@ TEST(CliRun, RejectsAnUnavailableCommunicator) {
   const CliRun r = RunDcp({"run", "--seqlens", "100", "--comm", "mpi"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--comm mpi"), std::string::npos) << r.err;
+}
+
+}  // namespace
+
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+TEST(CliBench, QuickRunWritesTheTableCsvAndFigure) {
+  const std::string dir = TempPath("_bench");
+  const CliRun run = RunDcp({"bench", "--quick", "--tokens", "8192", "-o", dir});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  // 1 dataset x 2 masks x 2 scales, 6 strategies each.
+  const std::string csv = ReadFile(dir + "/bench.csv");
+  std::vector<std::string> lines;
+  for (size_t begin = 0, end; (end = csv.find('\n', begin)) != std::string::npos; begin = end + 1) {
+    lines.push_back(csv.substr(begin, end - begin));
+  }
+  ASSERT_EQ(lines.size(), 1u + 4 * 6);
+  for (const char* strategy : {",dcp,", ",ring,", ",zigzag,", ",ulysses,", ",te,", ",loongtrain,"}) {
+    EXPECT_EQ(std::count_if(lines.begin(), lines.end(),
+                            [&](const std::string& l) { return l.find(strategy) != std::string::npos; }),
+              4)
+        << strategy;
+  }
+  // Every supported strategy has a positive time; dcp's speedup over itself is 1.
+  for (size_t i = 1; i < lines.size(); ++i) {
+    if (lines[i].find(",dcp,") != std::string::npos) {
+      EXPECT_NE(lines[i].find(",1.0000"), std::string::npos) << lines[i];
+    }
+  }
+  EXPECT_NE(ReadFile(dir + "/bench.md").find("| ldc | 0.5 | causal | dcp |"), std::string::npos);
+  EXPECT_EQ(ReadFile(dir + "/bench.svg").rfind("<svg", 0), 0u);
+  EXPECT_NE(run.out.find("speedup of dcp"), std::string::npos) << run.out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CliBench, RejectsATopologyThatDoesNotMatchTheCluster) {
+  const CliRun run = RunDcp({"bench", "--quick", "--topology", "2x4"});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("topology 2x4 has 4 devices per node, cluster p4de has 8"),
+            std::string::npos)
+      << run.err;
 }
 
 }  // namespace
