@@ -44,6 +44,16 @@ struct DataBlockBytes {
   // What a device holds for the forward pass: Q, KV, O and LSE.
   int64_t Forward() const { return q + kv + o + lse; }
   int64_t Total() const { return q + kv + o + lse + d_o + dq + dkv; }
+  // These bytes for `tokens` tokens (of bytes per token).
+  DataBlockBytes Times(int64_t tokens) const {
+    return {.q = q * tokens,
+            .kv = kv * tokens,
+            .o = o * tokens,
+            .lse = lse * tokens,
+            .d_o = d_o * tokens,
+            .dq = dq * tokens,
+            .dkv = dkv * tokens};
+  }
 };
 
 struct DataBlock {

@@ -49,6 +49,7 @@
 namespace dcp {
 
 enum class Pass : uint8_t { kForward = 0, kBackward = 1 };
+std::string_view ToString(Pass pass);  // "forward", "backward"
 
 // What a slot holds, per token of one piece.
 enum class TensorKind : uint8_t {
@@ -105,6 +106,7 @@ struct BlockwiseAttention {
 };
 
 enum class ReductionKind : uint8_t { kLseMerge = 0, kSum = 1, kDelta = 2 };
+std::string_view ToString(ReductionKind kind);  // "lse-merge", "sum", "delta"
 
 struct ReductionOp {
   SlotId destination = -1;

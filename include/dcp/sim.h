@@ -147,6 +147,8 @@ struct SimReport {
   std::string trace_json;
 
   double total_s() const { return forward.makespan_s + backward.makespan_s; }
+  // Max / mean over devices of their attention FLOPs, forward + backward (1 when all are equal).
+  double ComputeImbalance() const;
 };
 
 // Simulates the forward then the backward programs of `plan` on `cluster`. Returns

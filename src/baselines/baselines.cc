@@ -137,13 +137,7 @@ void MakeBlocksAndPlacement(const Layout& layout, const Batch& batch, BaselinePl
           .token_begin = begin,
           .tokens = tokens,
           .batch_token_begin = batch_token + begin,
-          .bytes = {.q = per_token.q * tokens,
-                    .kv = per_token.kv * tokens,
-                    .o = per_token.o * tokens,
-                    .lse = per_token.lse * tokens,
-                    .d_o = per_token.d_o * tokens,
-                    .dq = per_token.dq * tokens,
-                    .dkv = per_token.dkv * tokens}});
+          .bytes = per_token.Times(tokens)});
       set.block_size = std::max(set.block_size, tokens);
       position.push_back(layout.Position(chunk));
       out->placement.data_device.push_back(DeviceId{layout.Device(position.back(), head)});

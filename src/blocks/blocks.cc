@@ -180,13 +180,7 @@ Result<BlockSet> MakeBlocks(const Batch& batch, const BlockingOptions& options) 
           .token_begin = begin,
           .tokens = tokens,
           .batch_token_begin = batch_token + begin,
-          .bytes = {.q = per_token.q * tokens,
-                    .kv = per_token.kv * tokens,
-                    .o = per_token.o * tokens,
-                    .lse = per_token.lse * tokens,
-                    .d_o = per_token.d_o * tokens,
-                    .dq = per_token.dq * tokens,
-                    .dkv = per_token.dkv * tokens},
+          .bytes = per_token.Times(tokens),
       });
     }
     batch_token += len;

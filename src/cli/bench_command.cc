@@ -60,17 +60,6 @@ Result<Measured> Simulate(const Plan& plan, const ClusterSpec& cluster) {
                   MeasureTraffic(plan, Pass::kBackward)};
 }
 
-double ComputeImbalance(const SimReport& report) {
-  double max = 0, total = 0;
-  for (size_t d = 0; d < report.forward.devices.size(); ++d) {
-    const auto flops = static_cast<double>(report.forward.devices[d].attention_flops +
-                                           report.backward.devices[d].attention_flops);
-    max = std::max(max, flops);
-    total += flops;
-  }
-  return total == 0 ? 1 : max * static_cast<double>(report.forward.devices.size()) / total;
-}
-
 // The scheduler's cost model from the cluster's, so dcp sizes divisions for the simulated machine.
 ScheduleOptions ScheduleFor(const ClusterSpec& cluster) {
   ScheduleOptions options;
@@ -168,7 +157,7 @@ Result<std::map<Strategy, Outcome>> RunCell(const Cell& cell, const BenchArgs& a
       o.bwd_ms += 1e3 * m.report.backward.makespan_s / n;
       o.bytes_inter_node +=
           static_cast<double>(m.forward.bytes_inter_node + m.backward.bytes_inter_node) / n;
-      o.compute_imbalance += ComputeImbalance(m.report) / n;
+      o.compute_imbalance += m.report.ComputeImbalance() / n;
       if (!best->choice.empty()) o.choice += (o.choice.empty() ? "" : "/") + best->choice;
     }
   }

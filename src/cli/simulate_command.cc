@@ -189,19 +189,6 @@ nlohmann::json ToJson(const PassSummary& s) {
           {"flows", s.flows}};
 }
 
-// max / mean of the attention FLOPs (forward + backward) of each device; 1 when all are equal.
-double ComputeImbalance(const SimReport& report) {
-  double max = 0, total = 0;
-  for (size_t d = 0; d < report.forward.devices.size(); ++d) {
-    const auto flops = static_cast<double>(report.forward.devices[d].attention_flops +
-                                           report.backward.devices[d].attention_flops);
-    max = std::max(max, flops);
-    total += flops;
-  }
-  if (total == 0) return 1;
-  return max * static_cast<double>(report.forward.devices.size()) / total;
-}
-
 // The options that describe a batch to plan; none of them may come with --plan.
 Status CheckPlanFileAlone(const CLI::App& cmd, const SimulateArgs& args) {
   static const std::set<std::string> kAllowed = {"--plan", "--cluster", "--trace", "--json",
@@ -246,7 +233,7 @@ int Run(const CLI::App& cmd, const BatchArgs& batch_args, const SimulateArgs& ar
 
   const PassSummary fwd = Summarize(report.forward, plan, Pass::kForward);
   const PassSummary bwd = Summarize(report.backward, plan, Pass::kBackward);
-  const double imbalance = ComputeImbalance(report);
+  const double imbalance = report.ComputeImbalance();
   const std::string strategy_name(ToString(*strategy));
   if (args.json) {
     nlohmann::json j = {

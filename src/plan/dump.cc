@@ -8,26 +8,14 @@
 namespace dcp {
 namespace {
 
-std::string_view PassName(Pass pass) { return pass == Pass::kForward ? "forward" : "backward"; }
 
-std::string_view ReductionName(ReductionKind kind) {
-  switch (kind) {
-    case ReductionKind::kLseMerge:
-      return "lse-merge";
-    case ReductionKind::kSum:
-      return "sum";
-    case ReductionKind::kDelta:
-      return "delta";
-  }
-  return "unknown";
-}
 
 struct Printer {
   std::string& out;
 
   void operator()(const BlockwiseAttention& a) {
     fmt::format_to(std::back_inserter(out), "BlockwiseAttention {} division {}: {} tiles\n",
-                   PassName(a.pass), a.division, a.tiles.size());
+                   ToString(a.pass), a.division, a.tiles.size());
     for (const AttentionTile& t : a.tiles) {
       fmt::format_to(std::back_inserter(out), "      compute block {}: q {} kv {}", t.block.value,
                      t.q, t.kv);
@@ -42,7 +30,7 @@ struct Printer {
   }
   void operator()(const BlockwiseReduction& r) {
     fmt::format_to(std::back_inserter(out), "BlockwiseReduction {}: {} ops\n",
-                   ReductionName(r.kind), r.ops.size());
+                   ToString(r.kind), r.ops.size());
     for (const ReductionOp& op : r.ops) {
       fmt::format_to(std::back_inserter(out), "      {} <- [{}]", op.destination,
                      fmt::join(op.sources, " "));
@@ -80,7 +68,7 @@ struct Printer {
 
 std::string DumpProgram(const Program& program) {
   std::string out = fmt::format("{} program, device {}: {} slots ({} bytes), {} instructions\n",
-                                PassName(program.pass), program.device.value, program.slots.size(),
+                                ToString(program.pass), program.device.value, program.slots.size(),
                                 program.PeakBufferBytes(), program.instructions.size());
   for (size_t s = 0; s < program.slots.size(); ++s) {
     const SlotInfo& info = program.slots[s];

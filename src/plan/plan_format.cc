@@ -134,7 +134,6 @@ uint8_t DTypeCode(DType dtype) {
   return 0;
 }
 
-std::string_view PassName(Pass pass) { return pass == Pass::kForward ? "forward" : "backward"; }
 
 // Returns `status` with "<context>: " in front; the context is formatted only on error.
 template <typename... Args>
@@ -558,7 +557,7 @@ Status Decode(Reader& r, const Plan& plan, DeviceId device, Pass pass, Program* 
   DCP_RETURN_IF_ERROR(r.Read(&p->device.value));
   DCP_RETURN_IF_ERROR(r.Enum(Pass::kBackward, "pass", &p->pass));
   DCP_RETURN_IF_ERROR(Require(p->device == device, "holds device {} instead", p->device.value));
-  DCP_RETURN_IF_ERROR(Require(p->pass == pass, "holds a {} program", PassName(p->pass)));
+  DCP_RETURN_IF_ERROR(Require(p->pass == pass, "holds a {} program", ToString(p->pass)));
   DCP_RETURN_IF_ERROR(
       r.List(kMinSlotInfoBytes, "slot", &p->slots, [&](SlotInfo* s) { return Decode(r, s); }));
   const ProgramScope scope{plan, p->slots};
@@ -571,7 +570,7 @@ Status Decode(Reader& r, const Plan& plan, DeviceId device, Pass pass, Program* 
 
 // One pass's programs: none, or one per device (a whole plan), or the part's device's only.
 Status DecodePrograms(Reader& r, const Plan& plan, Pass pass, std::vector<Program>* programs) {
-  const std::string_view name = PassName(pass);
+  const std::string_view name = ToString(pass);
   uint32_t n = 0;
   DCP_RETURN_IF_ERROR(Within(r.Count(kMinProgramBytes, "program", &n), "{} programs", name));
   const bool part = plan.part_device >= 0;

@@ -27,6 +27,20 @@ std::string_view ToString(TensorKind kind) {
   return "unknown";
 }
 
+std::string_view ToString(Pass pass) { return pass == Pass::kForward ? "forward" : "backward"; }
+
+std::string_view ToString(ReductionKind kind) {
+  switch (kind) {
+    case ReductionKind::kLseMerge:
+      return "lse-merge";
+    case ReductionKind::kSum:
+      return "sum";
+    case ReductionKind::kDelta:
+      return "delta";
+  }
+  return "unknown";
+}
+
 int64_t Program::PeakBufferBytes() const {
   int64_t total = 0;
   for (const SlotInfo& s : slots) total += s.bytes;

@@ -25,7 +25,6 @@
 namespace dcp {
 namespace {
 
-std::string_view PassName(Pass pass) { return pass == Pass::kForward ? "forward" : "backward"; }
 
 std::string PieceText(const Piece& piece) {
   return fmt::format("block {}/group {}", piece.block.value, piece.head_group);
@@ -37,21 +36,10 @@ std::string WithArticle(TensorKind kind) {
   return fmt::format("{} {}", vowel ? "an" : "a", ToString(kind));
 }
 
-std::string_view ReductionName(ReductionKind kind) {
-  switch (kind) {
-    case ReductionKind::kLseMerge:
-      return "LseMerge";
-    case ReductionKind::kSum:
-      return "Sum";
-    case ReductionKind::kDelta:
-      return "Delta";
-  }
-  return "unknown";
-}
 
 std::string InstructionLabel(const Instruction& instruction) {
   if (const auto* r = std::get_if<BlockwiseReduction>(&instruction)) {
-    return fmt::format("BlockwiseReduction {}", ReductionName(r->kind));
+    return fmt::format("BlockwiseReduction {}", ToString(r->kind));
   }
   if (const auto* l = std::get_if<CommLaunch>(&instruction)) {
     return fmt::format("CommLaunch {}", l->id);
@@ -369,13 +357,13 @@ Status PassValidator::Prepare() {
     dev.id = static_cast<int32_t>(d);
     dev.program = &programs_[d];
     DCP_RETURN_IF_ERROR(
-        PrepareDevice(dev).WithContext(fmt::format("{}, device {}", PassName(pass_), dev.id)));
+        PrepareDevice(dev).WithContext(fmt::format("{}, device {}", ToString(pass_), dev.id)));
     for (size_t i = 0; i < dev.program->outputs.size(); ++i) {
       const Binding& b = dev.program->outputs[i];
       auto [it, inserted] = output_device.emplace(std::pair(b.kind, b.piece), dev.id);
       if (!inserted) {
         return Status::InvalidArgument(fmt::format(
-            "{}, device {}, output {}: {} of {} is already an output of device {}", PassName(pass_),
+            "{}, device {}, output {}: {} of {} is already an output of device {}", ToString(pass_),
             dev.id, i, ToString(b.kind), PieceText(b.piece), it->second));
       }
     }
@@ -389,7 +377,7 @@ Status PassValidator::Prepare() {
       for (TensorKind kind : kinds) {
         if (!output_device.contains({kind, piece})) {
           return Status::InvalidArgument(fmt::format(
-              "{}: no device outputs {} of {} (its owner is device {})", PassName(pass_),
+              "{}: no device outputs {} of {} (its owner is device {})", ToString(pass_),
               ToString(kind), PieceText(piece), plan_.block_owner[b].value));
         }
       }
@@ -402,7 +390,7 @@ Status PassValidator::PrepareDevice(SymbolicDevice& dev) {
   const Program& program = *dev.program;
   if (program.device.value != dev.id || program.pass != pass_) {
     return Status::InvalidArgument(fmt::format("program {} is the {} program of device {}", dev.id,
-                                               PassName(program.pass), program.device.value));
+                                               ToString(program.pass), program.device.value));
   }
   dev.slots.resize(program.slots.size());
   for (size_t i = 0; i < program.inputs.size(); ++i) {
@@ -451,7 +439,7 @@ Status PassValidator::CheckBinding(const SymbolicDevice& dev, const Binding& b, 
                                            TensorKind::kLse, TensorKind::kDO});
   if (std::find(allowed.begin(), allowed.end(), b.kind) == allowed.end()) {
     return Status::InvalidArgument(fmt::format("{} cannot be a {} {}", ToString(b.kind),
-                                               PassName(pass_), output ? "output" : "input"));
+                                               ToString(pass_), output ? "output" : "input"));
   }
   if (b.piece.block.value < 0 || static_cast<size_t>(b.piece.block.value) >= plan_.blocks.size() ||
       b.piece.head_group < 0 || b.piece.head_group >= plan_.head_groups) {
@@ -496,7 +484,7 @@ Status PassValidator::Step(SymbolicDevice& dev) {
   const Instruction& instruction = dev.program->instructions[dev.pc];
   Status status = std::visit([&](const auto& op) { return Execute(dev, op); }, instruction);
   if (!status.ok()) {
-    return status.WithContext(fmt::format("{}, device {}, instruction {} ({})", PassName(pass_),
+    return status.WithContext(fmt::format("{}, device {}, instruction {} ({})", ToString(pass_),
                                           dev.id, dev.pc, InstructionLabel(instruction)));
   }
   ++dev.pc;
@@ -509,7 +497,7 @@ Status PassValidator::Finish(const SymbolicDevice& dev) const {
       return Status::InvalidArgument(
           fmt::format("{}, device {}, end of program: CommLaunch {} (instruction {}) is never "
                       "waited",
-                      PassName(pass_), dev.id, id, dev.launch_at.at(id)));
+                      ToString(pass_), dev.id, id, dev.launch_at.at(id)));
     }
   }
   return Status::Ok();
@@ -534,7 +522,7 @@ Status PassValidator::Deadlock() const {
                                 fmt::join(peers, ", ")));
   }
   return Status::InvalidArgument(
-      fmt::format("{}: deadlock: {}", PassName(pass_), fmt::join(waits, "; ")));
+      fmt::format("{}: deadlock: {}", ToString(pass_), fmt::join(waits, "; ")));
 }
 
 Status PassValidator::CheckOutputs() const {
@@ -543,7 +531,7 @@ Status PassValidator::CheckOutputs() const {
       const Binding& b = dev.program->outputs[i];
       const Content& c = dev.slots[b.slot].content;
       const std::string where =
-          fmt::format("{}, device {}, output {} ({} of {}, slot {})", PassName(pass_), dev.id, i,
+          fmt::format("{}, device {}, output {} ({} of {}, slot {})", ToString(pass_), dev.id, i,
                       ToString(b.kind), PieceText(b.piece), b.slot);
       if (c.type != Content::Type::kAccumulator || c.kind != b.kind ||
           (c.piece && *c.piece != b.piece)) {
@@ -651,7 +639,7 @@ Status PassValidator::Union(const std::vector<const Content*>& sources, std::vec
 Status PassValidator::Execute(SymbolicDevice& dev, const BlockwiseAttention& attention) {
   if (attention.pass != pass_) {
     return Status::InvalidArgument(
-        fmt::format("a {} attention in the {} pass", PassName(attention.pass), PassName(pass_)));
+        fmt::format("a {} attention in the {} pass", ToString(attention.pass), ToString(pass_)));
   }
   if (attention.division < 0 || attention.division >= plan_.n_divisions) {
     return Status::InvalidArgument(
@@ -683,7 +671,7 @@ Status CheckTileCommon(const Plan& plan, const AttentionTile& tile, std::vector<
   for (const auto& [name, slot] : unused) {
     if (slot != -1) {
       return Status::InvalidArgument(fmt::format("a {} tile sets {} slot {} (unused: must be -1)",
-                                                 PassName(pass), name, slot));
+                                                 ToString(pass), name, slot));
     }
   }
   DCP_RETURN_IF_ERROR(CheckSlices(tile.slices, plan.blocks[cb.q_block.value].tokens,
@@ -786,7 +774,7 @@ Status PassValidator::Execute(SymbolicDevice& dev, const BlockwiseReduction& red
       reduction.kind == ReductionKind::kLseMerge ? Pass::kForward : Pass::kBackward;
   if (expected_pass != pass_) {
     return Status::InvalidArgument(fmt::format("a {} reduction in the {} pass",
-                                               ReductionName(reduction.kind), PassName(pass_)));
+                                               ToString(reduction.kind), ToString(pass_)));
   }
   std::vector<OpSlots> slots(reduction.ops.size());
   for (size_t i = 0; i < reduction.ops.size(); ++i) {
@@ -802,7 +790,7 @@ Status PassValidator::Execute(SymbolicDevice& dev, const BlockwiseReduction& red
     if (reduction.kind != ReductionKind::kLseMerge &&
         (op.lse_destination != -1 || !op.lse_sources.empty())) {
       return Status::InvalidArgument(
-          fmt::format("op {}: a {} op sets LSE slots", i, ReductionName(reduction.kind)));
+          fmt::format("op {}: a {} op sets LSE slots", i, ToString(reduction.kind)));
     }
     Status status;
     switch (reduction.kind) {

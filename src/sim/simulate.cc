@@ -24,19 +24,7 @@ namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
-const char* PassName(Pass pass) { return pass == Pass::kForward ? "forward" : "backward"; }
 
-std::string_view ReductionName(ReductionKind kind) {
-  switch (kind) {
-    case ReductionKind::kLseMerge:
-      return "lse-merge";
-    case ReductionKind::kSum:
-      return "sum";
-    case ReductionKind::kDelta:
-      return "delta";
-  }
-  return "unknown";
-}
 
 std::string InstructionName(const Instruction& instruction) {
   if (const auto* call = std::get_if<BlockwiseAttention>(&instruction)) {
@@ -45,7 +33,7 @@ std::string InstructionName(const Instruction& instruction) {
                        call->tiles.size());
   }
   if (const auto* reduction = std::get_if<BlockwiseReduction>(&instruction)) {
-    return fmt::format("BlockwiseReduction {}: {} ops", ReductionName(reduction->kind),
+    return fmt::format("BlockwiseReduction {}: {} ops", ToString(reduction->kind),
                        reduction->ops.size());
   }
   if (const auto* copy = std::get_if<BlockwiseCopy>(&instruction)) {
@@ -294,7 +282,7 @@ class PassSimulator {
   int32_t NodeOf(int32_t device) const { return device / plan_.topology.devices_per_node; }
 
   std::string Where(int32_t device) const {
-    return fmt::format("{} pass, device {}", PassName(pass_), device);
+    return fmt::format("{} pass, device {}", ToString(pass_), device);
   }
 
   double Latency(const FlowState& flow) const {
@@ -387,9 +375,9 @@ class PassSimulator {
       return Status::InvalidArgument(
           fmt::format("deadlock in the {} pass: device {} waits forever in CommWait {} at "
                       "instruction {}{}",
-                      PassName(pass_), d, launch.id, s.pc - 1, why));
+                      ToString(pass_), d, launch.id, s.pc - 1, why));
     }
-    return Status::Internal(fmt::format("the {} pass stopped early", PassName(pass_)));
+    return Status::Internal(fmt::format("the {} pass stopped early", ToString(pass_)));
   }
 
   const Plan& plan_;
@@ -431,13 +419,13 @@ Status CheckPlan(const Plan& plan, const ClusterSpec& cluster) {
     const std::vector<Program>& programs = pass == Pass::kForward ? plan.forward : plan.backward;
     if (programs.size() != devices) {
       return Status::InvalidArgument(fmt::format("the plan has {} {} programs for {} devices",
-                                                 programs.size(), PassName(pass), devices));
+                                                 programs.size(), ToString(pass), devices));
     }
     for (size_t d = 0; d < devices; ++d) {
       if (programs[d].device.value != static_cast<int32_t>(d) || programs[d].pass != pass) {
         return Status::InvalidArgument(fmt::format("{} program {} is for device {} and the {} pass",
-                                                   PassName(pass), d, programs[d].device.value,
-                                                   PassName(programs[d].pass)));
+                                                   ToString(pass), d, programs[d].device.value,
+                                                   ToString(programs[d].pass)));
       }
     }
   }
@@ -457,7 +445,7 @@ Result<SimReport> SimulatePlan(const Plan& plan, const ClusterSpec& cluster,
   SimReport report;
   for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
     if (trace != nullptr) {
-      trace->BeginPass(sim::PassName(pass),
+      trace->BeginPass(ToString(pass),
                        pass == Pass::kForward ? 0.0 : report.forward.makespan_s);
     }
     sim::PassSimulator simulator(plan, pass, cluster, trace);
@@ -469,6 +457,17 @@ Result<SimReport> SimulatePlan(const Plan& plan, const ClusterSpec& cluster,
     report.trace_json = recorder.ToJson(plan.topology.devices(), plan.topology.devices_per_node);
   }
   return report;
+}
+
+double SimReport::ComputeImbalance() const {
+  double max = 0, total = 0;
+  for (size_t d = 0; d < forward.devices.size(); ++d) {
+    const auto flops = static_cast<double>(forward.devices[d].attention_flops +
+                                           backward.devices[d].attention_flops);
+    max = std::max(max, flops);
+    total += flops;
+  }
+  return total == 0 ? 1 : max * static_cast<double>(forward.devices.size()) / total;
 }
 
 }  // namespace dcp

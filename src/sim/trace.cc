@@ -17,7 +17,7 @@ constexpr int32_t kFirstCommThread = 1;
 
 }  // namespace
 
-void TraceRecorder::BeginPass(const char* pass, double offset_s) {
+void TraceRecorder::BeginPass(std::string_view pass, double offset_s) {
   pass_ = pass;
   offset_s_ = offset_s;
 }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dcp::sim {
@@ -15,7 +16,7 @@ namespace dcp::sim {
 class TraceRecorder {
  public:
   // Events recorded from now on belong to `pass` and are shifted by `offset_s`.
-  void BeginPass(const char* pass, double offset_s);
+  void BeginPass(std::string_view pass, double offset_s);
 
   void Compute(int32_t device, double begin_s, double end_s, std::string name);
   void Wait(int32_t device, double begin_s, double end_s, int32_t launch_id);
@@ -38,11 +39,11 @@ class TraceRecorder {
     int64_t bytes = 0;
     bool inter_node = false;
     double ready_s = 0, begin_s = 0, end_s = 0;  // already shifted
-    const char* pass = "";
+    std::string_view pass = "";
     std::string name = {};
   };
   std::vector<Event> events_;
-  const char* pass_ = "forward";
+  std::string_view pass_ = "forward";  // a static string (ToString(Pass))
   double offset_s_ = 0;
 };
 
