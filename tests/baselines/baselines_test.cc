@@ -11,23 +11,16 @@
 
 #include "dcp/baselines.h"
 #include "dcp/runtime.h"
+#include "testing/end_to_end.h"
 
 namespace dcp {
 namespace {
 
+using testing::FillInputs;
+const auto& kMasks = testing::kEndToEndMasks;
+
 constexpr Strategy kBaselines[] = {Strategy::kRing, Strategy::kZigzag, Strategy::kUlysses,
                                    Strategy::kTe, Strategy::kLoongTrain};
-
-const char* const kMasks[] = {
-    "causal",
-    "full",
-    "sliding-window:window=37",
-    "lambda:sink=5,window=40",
-    "causal-blockwise:block=16,local=2",
-    "shared-question:question=0.25,answers=3",
-    "documents:count=3",
-    "modality:image=12,text=20",
-};
 
 Batch MakeBatch(std::vector<int64_t> lengths, const char* mask, AttentionShape shape) {
   std::vector<MaskSpec> masks;
@@ -37,17 +30,6 @@ Batch MakeBatch(std::vector<int64_t> lengths, const char* mask, AttentionShape s
   auto batch = Batch::Create(std::move(lengths), std::move(masks), shape);
   DCP_CHECK(batch.ok(), "{}", batch.status().ToString());
   return *std::move(batch);
-}
-
-void FillInputs(uint64_t seed, DType dtype, BatchTensors& t) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  for (std::vector<float>* v : {&t.q, &t.k, &t.v, &t.d_o}) {
-    for (float& x : *v) {
-      x = u(rng);
-      if (dtype == DType::kBFloat16) x = Bf16ToFloat(FloatToBf16(x));
-    }
-  }
 }
 
 // The context ranks a te / loongtrain layout has on this shape and topology.

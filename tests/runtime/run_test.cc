@@ -7,20 +7,13 @@
 #include <tuple>
 
 #include "dcp/runtime.h"
+#include "testing/end_to_end.h"
 
 namespace dcp {
 namespace {
 
-const char* const kMasks[] = {
-    "causal",
-    "full",
-    "sliding-window:window=37",
-    "lambda:sink=5,window=40",
-    "causal-blockwise:block=16,local=2",
-    "shared-question:question=0.25,answers=3",
-    "documents:count=3",
-    "modality:image=12,text=20",
-};
+using testing::FillInputs;
+const auto& kMasks = testing::kEndToEndMasks;
 
 struct Case {
   std::vector<int64_t> lengths;
@@ -50,18 +43,6 @@ Case MakeCase(uint64_t seed) {
                         .devices_per_node = 1 + static_cast<int32_t>(rng() % 8)};
   c.head_groups = c.shape.kv_heads % 2 == 0 && rng() % 3 == 0 ? 2 : 1;
   return c;
-}
-
-// Random inputs, already representable in the storage dtype.
-void FillInputs(uint64_t seed, DType dtype, BatchTensors& t) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  for (std::vector<float>* v : {&t.q, &t.k, &t.v, &t.d_o}) {
-    for (float& x : *v) {
-      x = u(rng);
-      if (dtype == DType::kBFloat16) x = Bf16ToFloat(FloatToBf16(x));
-    }
-  }
 }
 
 TEST(RunPlanInProcess, MatchesTheDenseReference) {

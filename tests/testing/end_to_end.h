@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: Apache-2.0
+// Shared by the end-to-end tests that execute plans and compare them with the dense reference.
+#pragma once
+
+#include <random>
+#include <vector>
+
+#include "dcp/runtime.h"
+
+namespace dcp::testing {
+
+// One spec of every mask family, sized for sequences of a few hundred tokens.
+inline const char* const kEndToEndMasks[] = {
+    "causal",
+    "full",
+    "sliding-window:window=37",
+    "lambda:sink=5,window=40",
+    "causal-blockwise:block=16,local=2",
+    "shared-question:question=0.25,answers=3",
+    "documents:count=3",
+    "modality:image=12,text=20",
+};
+
+// Random inputs in [-1, 1), already representable in the storage dtype.
+inline void FillInputs(uint64_t seed, DType dtype, BatchTensors& t) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (std::vector<float>* v : {&t.q, &t.k, &t.v, &t.d_o}) {
+    for (float& x : *v) {
+      x = u(rng);
+      if (dtype == DType::kBFloat16) x = Bf16ToFloat(FloatToBf16(x));
+    }
+  }
+}
+
+}  // namespace dcp::testing
