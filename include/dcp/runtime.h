@@ -31,6 +31,9 @@ float Bf16ToFloat(uint16_t value);
 // Reads element i of a storage buffer of the given dtype as fp32; writes the same way.
 float LoadElement(const std::byte* data, DType dtype, int64_t i);
 void StoreElement(std::byte* data, DType dtype, int64_t i, float value);
+// The same for the n elements from i on, in one vectorised loop.
+void LoadRun(const std::byte* data, DType dtype, int64_t i, float* to, int64_t n);
+void StoreRun(std::byte* data, DType dtype, int64_t i, const float* from, int64_t n);
 
 // ---------------------------------------------------------------------------------------------
 // Kernels (src/runtime/cpu). The CPU kernels are the reference later kernels are tested against.

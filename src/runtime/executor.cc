@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <thread>
 
@@ -18,21 +19,54 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// Elements [i, i + n) of a storage buffer from or to fp32.
-void StoreRun(std::byte* data, DType dtype, int64_t i, const float* from, int64_t n) {
-  if (dtype == DType::kFloat32) {
-    std::memcpy(data + i * 4, from, static_cast<size_t>(n) * 4);
-    return;
+// Slot memory kept from one run to the next: training runs the same plans step after step, and
+// allocating and first touching hundreds of megabytes per pass costs more than small kernels do.
+class WorkspacePool {
+ public:
+  struct Buffer {
+    std::unique_ptr<std::byte[]> data;
+    size_t bytes = 0;
+  };
+  static WorkspacePool& Instance() {
+    static WorkspacePool pool;
+    return pool;
   }
-  for (int64_t k = 0; k < n; ++k) StoreElement(data, dtype, i + k, from[k]);
-}
-void LoadRun(const std::byte* data, DType dtype, int64_t i, float* to, int64_t n) {
-  if (dtype == DType::kFloat32) {
-    std::memcpy(to, data + i * 4, static_cast<size_t>(n) * 4);
-    return;
+  // The smallest kept buffer that holds `bytes`, or a new one.
+  Buffer Take(size_t bytes) {
+    {
+      std::lock_guard lock(mutex_);
+      auto best = buffers_.end();
+      for (auto it = buffers_.begin(); it != buffers_.end(); ++it) {
+        if (it->bytes >= bytes && (best == buffers_.end() || it->bytes < best->bytes)) best = it;
+      }
+      if (best != buffers_.end()) {
+        Buffer buffer = std::move(*best);
+        buffers_.erase(best);
+        kept_bytes_ -= buffer.bytes;
+        return buffer;
+      }
+    }
+    return Buffer{std::make_unique_for_overwrite<std::byte[]>(bytes), bytes};
   }
-  for (int64_t k = 0; k < n; ++k) to[k] = LoadElement(data, dtype, i + k);
-}
+  // Keeps the buffer, dropping the smallest kept ones beyond kMaxKeptBytes.
+  void Give(Buffer buffer) {
+    std::lock_guard lock(mutex_);
+    kept_bytes_ += buffer.bytes;
+    buffers_.push_back(std::move(buffer));
+    std::sort(buffers_.begin(), buffers_.end(),
+              [](const Buffer& a, const Buffer& b) { return a.bytes > b.bytes; });
+    while (kept_bytes_ > kMaxKeptBytes) {
+      kept_bytes_ -= buffers_.back().bytes;
+      buffers_.pop_back();
+    }
+  }
+
+ private:
+  static constexpr size_t kMaxKeptBytes = size_t{4} << 30;
+  std::mutex mutex_;
+  std::vector<Buffer> buffers_;
+  size_t kept_bytes_ = 0;
+};
 
 // Where a piece lives in the batch tensors.
 struct PieceLayout {
@@ -58,13 +92,22 @@ class DeviceRun {
       sequence_begin_.push_back(begin);
       begin += len;
     }
-    // Not zeroed: every slot is written (input, receive, identity or result) before it is read.
+    // One workspace for all slots, each 64-byte aligned. Not zeroed: every slot is written
+    // (input, receive, identity or result) before it is read.
+    std::vector<size_t> offsets;
+    size_t total = 0;
     for (const SlotInfo& info : program.slots) {
-      slots_.push_back(std::make_unique_for_overwrite<std::byte[]>(static_cast<size_t>(info.bytes)));
+      offsets.push_back(total);
+      total += (static_cast<size_t>(info.bytes) + 63) / 64 * 64;
     }
+    workspace_ = WorkspacePool::Instance().Take(total);
+    for (size_t offset : offsets) slots_.push_back(workspace_.data.get() + offset);
   }
+  ~DeviceRun() { WorkspacePool::Instance().Give(std::move(workspace_)); }
+  DeviceRun(const DeviceRun&) = delete;
+  DeviceRun& operator=(const DeviceRun&) = delete;
 
-  // Times every instruction into `profile` by kind; the constructor's allocation is the caller's.
+  // Times every instruction into `profile` by kind.
   Status Run(ExecutionProfile& profile) {
     for (const Binding& b : program_.inputs) Gather(b);
     for (size_t i = 0; i < program_.instructions.size(); ++i) {
@@ -99,8 +142,8 @@ class DeviceRun {
                        .first_kv_head = piece.head_group * kv_heads_,
                        .kv_heads = kv_heads_};
   }
-  std::byte* Slot(SlotId s) { return slots_[s].get(); }
-  float* SlotFloats(SlotId s) { return reinterpret_cast<float*>(slots_[s].get()); }
+  std::byte* Slot(SlotId s) { return slots_[s]; }
+  float* SlotFloats(SlotId s) { return reinterpret_cast<float*>(slots_[s]); }
   DType SlotType(SlotId s) const { return program_.slots[s].dtype; }
   int64_t SlotElements(SlotId s) const {
     return program_.slots[s].bytes / BytesPerElement(program_.slots[s].dtype);
@@ -232,6 +275,7 @@ class DeviceRun {
     const int64_t dim = plan_.shape.head_dim;
     std::vector<float> weight(op.sources.size());
     std::vector<float> acc(static_cast<size_t>(dim));
+    row_.resize(static_cast<size_t>(dim));
     for (int64_t row = 0; row < rows; ++row) {
       float max = kNegInf;
       for (SlotId s : op.lse_sources) max = std::max(max, SlotFloats(s)[row]);
@@ -246,24 +290,29 @@ class DeviceRun {
         for (size_t i = 0; i < op.sources.size(); ++i) {
           if (weight[i] == 0) continue;
           const float w = weight[i] / total;
-          for (int64_t d = 0; d < dim; ++d) {
-            acc[d] += w * LoadElement(Slot(op.sources[i]), SlotType(op.sources[i]), row * dim + d);
-          }
+          LoadRun(Slot(op.sources[i]), SlotType(op.sources[i]), row * dim, row_.data(), dim);
+          for (int64_t d = 0; d < dim; ++d) acc[d] += w * row_[d];
         }
       }
-      for (int64_t d = 0; d < dim; ++d) {
-        StoreElement(Slot(op.destination), SlotType(op.destination), row * dim + d, acc[d]);
-      }
+      StoreRun(Slot(op.destination), SlotType(op.destination), row * dim, acc.data(), dim);
       SlotFloats(op.lse_destination)[row] = total > 0 ? max + std::log(total) : kNegInf;
     }
   }
 
+  // In chunks, every source read before the destination (possibly a source) is written.
   void Sum(const ReductionOp& op) {
+    constexpr int64_t kChunk = 4096;
     const int64_t n = SlotElements(op.destination);
-    for (int64_t i = 0; i < n; ++i) {
-      float total = 0;
-      for (SlotId s : op.sources) total += LoadElement(Slot(s), SlotType(s), i);
-      StoreElement(Slot(op.destination), SlotType(op.destination), i, total);
+    std::vector<float> total(kChunk);
+    row_.resize(kChunk);
+    for (int64_t begin = 0; begin < n; begin += kChunk) {
+      const int64_t count = std::min(kChunk, n - begin);
+      std::fill_n(total.begin(), count, 0.f);
+      for (SlotId s : op.sources) {
+        LoadRun(Slot(s), SlotType(s), begin, row_.data(), count);
+        for (int64_t i = 0; i < count; ++i) total[i] += row_[i];
+      }
+      StoreRun(Slot(op.destination), SlotType(op.destination), begin, total.data(), count);
     }
   }
 
@@ -272,12 +321,12 @@ class DeviceRun {
     const int64_t rows = SlotElements(op.destination);
     const int64_t dim = plan_.shape.head_dim;
     const SlotId o = op.sources[0], d_o = op.sources[1];
+    std::vector<float> o_row(static_cast<size_t>(dim)), d_o_row(static_cast<size_t>(dim));
     for (int64_t row = 0; row < rows; ++row) {
+      LoadRun(Slot(o), SlotType(o), row * dim, o_row.data(), dim);
+      LoadRun(Slot(d_o), SlotType(d_o), row * dim, d_o_row.data(), dim);
       float total = 0;
-      for (int64_t d = 0; d < dim; ++d) {
-        total += LoadElement(Slot(o), SlotType(o), row * dim + d) *
-                 LoadElement(Slot(d_o), SlotType(d_o), row * dim + d);
-      }
+      for (int64_t d = 0; d < dim; ++d) total += o_row[d] * d_o_row[d];
       SlotFloats(op.destination)[row] = total;
     }
   }
@@ -285,9 +334,9 @@ class DeviceRun {
   Status Execute(const BlockwiseCopy& c) {
     for (const auto& [from, to] : c.ops) {
       const int64_t n = std::min(SlotElements(from), SlotElements(to));
-      for (int64_t i = 0; i < n; ++i) {
-        StoreElement(Slot(to), SlotType(to), i, LoadElement(Slot(from), SlotType(from), i));
-      }
+      row_.resize(static_cast<size_t>(n));
+      LoadRun(Slot(from), SlotType(from), 0, row_.data(), n);
+      StoreRun(Slot(to), SlotType(to), 0, row_.data(), n);
     }
     return Status::Ok();
   }
@@ -344,8 +393,10 @@ class DeviceRun {
   float scale_ = 1;
   int64_t heads_ = 0, kv_heads_ = 0;
   std::vector<int64_t> sequence_begin_;
-  std::vector<std::unique_ptr<std::byte[]>> slots_;
+  WorkspacePool::Buffer workspace_;
+  std::vector<std::byte*> slots_;  // into workspace_
   std::map<int32_t, Exchange> exchanges_;
+  std::vector<float> row_;  // scratch of the reductions and copies
 };
 
 }  // namespace

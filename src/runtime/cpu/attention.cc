@@ -69,6 +69,36 @@ void StoreElement(std::byte* data, DType dtype, int64_t i, float value) {
   DCP_CHECK(false, "unknown dtype {}", static_cast<int>(dtype));
 }
 
+void LoadRun(const std::byte* data, DType dtype, int64_t i, float* to, int64_t n) {
+  if (dtype == DType::kFloat32) {
+    std::memcpy(to, data + i * 4, static_cast<size_t>(n) * 4);
+    return;
+  }
+  DCP_CHECK(dtype == DType::kBFloat16, "unknown dtype {}", static_cast<int>(dtype));
+  const std::byte* from = data + i * 2;
+  for (int64_t k = 0; k < n; ++k) {
+    uint16_t bits;
+    std::memcpy(&bits, from + k * 2, sizeof(bits));
+    to[k] = std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+  }
+}
+
+void StoreRun(std::byte* data, DType dtype, int64_t i, const float* from, int64_t n) {
+  if (dtype == DType::kFloat32) {
+    std::memcpy(data + i * 4, from, static_cast<size_t>(n) * 4);
+    return;
+  }
+  DCP_CHECK(dtype == DType::kBFloat16, "unknown dtype {}", static_cast<int>(dtype));
+  std::byte* to = data + i * 2;
+  for (int64_t k = 0; k < n; ++k) {  // FloatToBf16, branch-free so it vectorises
+    const uint32_t bits = std::bit_cast<uint32_t>(from[k]);
+    const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+    const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+    const auto out = static_cast<uint16_t>(nan ? (bits >> 16) | 0x0040u : rounded);
+    std::memcpy(to + k * 2, &out, sizeof(out));
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Kernels
 //
