@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <queue>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -74,6 +75,9 @@ class KwayPartitioner {
     Repair();
     for (int r = 0; r < rounds / 4; ++r) {
       if (!RefineRound()) break;
+    }
+    for (int r = 0; r < kFmPasses && WithinCaps(); ++r) {
+      if (!FmPass()) break;
     }
     return part_;
   }
@@ -387,6 +391,83 @@ class KwayPartitioner {
     return moved;
   }
 
+  // The move of v that lowers km1 most (or raises it least) within the caps: its km1 gain, and
+  // the part in *to (-1 when no other part can take v).
+  int64_t BestMove(int32_t v, std::vector<int32_t>* candidates, int32_t* to) const {
+    Candidates(v, candidates);
+    *to = -1;
+    int64_t best = 0;
+    for (int32_t p : *candidates) {
+      if (p == part_[v] || !Fits(p, g_.compute_weight[v], g_.memory_weight[v])) continue;
+      const int64_t gain = -MoveDelta(v, p);
+      if (*to < 0 || gain > best) {
+        *to = p;
+        best = gain;
+      }
+    }
+    return best;
+  }
+
+  // One pass of Fiduccia-Mattheyses: moves the vertex of best gain, negative gains included, each
+  // vertex at most once, until kFmPatience moves in a row find nothing better, then rolls back to
+  // the best prefix. It climbs out of the local minima where label propagation stops. Gains are
+  // kept lazily in a heap: a popped entry is recomputed and pushed back when it has changed; the
+  // pins of small nets are re-pushed after every move, as their gains change most.
+  bool FmPass() {
+    std::vector<int32_t> candidates;
+    std::priority_queue<std::pair<int64_t, int32_t>> heap;  // (gain, vertex)
+    int32_t to = -1;
+    for (int32_t v : subset_) {
+      const int64_t gain = BestMove(v, &candidates, &to);
+      if (to >= 0) heap.push({gain, v});
+    }
+    std::vector<char> locked(g_.n_vertices(), 0);
+    std::vector<std::pair<int32_t, int32_t>> moves;  // (vertex, part it left)
+    const int64_t start = km1_;
+    int64_t best = km1_;
+    size_t best_moves = 0;
+    int since_best = 0;
+    while (!heap.empty() && since_best < kFmPatience) {
+      const auto [gain, v] = heap.top();
+      heap.pop();
+      if (locked[v]) continue;
+      const int64_t now = BestMove(v, &candidates, &to);
+      if (to < 0) continue;
+      if (now != gain) {
+        heap.push({now, v});
+        continue;
+      }
+      moves.emplace_back(v, part_[v]);
+      Unassign(v);
+      Assign(v, to);
+      locked[v] = 1;
+      if (km1_ < best) {
+        best = km1_;
+        best_moves = moves.size();
+        since_best = 0;
+      } else {
+        ++since_best;
+      }
+      for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
+        const int32_t n = g_.incident[i];
+        if (g_.net_begin[n + 1] - g_.net_begin[n] > kFmNeighbourNetSize) continue;
+        for (int32_t j = g_.net_begin[n]; j < g_.net_begin[n + 1]; ++j) {
+          const int32_t u = g_.pins[j];
+          if (locked[u] || !in_subset_[u]) continue;
+          const int64_t g = BestMove(u, &candidates, &to);
+          if (to >= 0) heap.push({g, u});
+        }
+      }
+    }
+    while (moves.size() > best_moves) {
+      const auto [v, from] = moves.back();
+      moves.pop_back();
+      Unassign(v);
+      Assign(v, from);
+    }
+    return best < start;
+  }
+
   // Swaps data vertex d with a data vertex of another part when that lowers km1 and both parts
   // stay within the memory cap: with every device's memory full, single moves cannot help. Two
   // data vertices never share a net, so the gain of a swap is the sum of the two moves' gains.
@@ -548,6 +629,9 @@ class KwayPartitioner {
 
   const Hypergraph& g_;
   const std::vector<int32_t>& sequence_first_block_;
+  static constexpr int kFmPasses = 2;
+  static constexpr int kFmPatience = 100;           // moves without a new best before a pass ends
+  static constexpr int32_t kFmNeighbourNetSize = 64;  // nets whose pins get fresh gains on a move
   std::vector<int32_t> subset_;
   int32_t k_;
   double compute_cap_, memory_cap_;
