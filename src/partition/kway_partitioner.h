@@ -52,9 +52,12 @@ class KwayPartitioner {
     const std::vector<int32_t>* given = nullptr;  // kGiven: a part per vertex
   };
 
+  static constexpr int kFmPasses = 2;  // what a caller's final Run usually asks for
+
   // Places the subset from `start`, refines, repairs the caps and refines again. Returns the part
   // of every vertex of the subset (others -1).
-  std::vector<int32_t> Run(int rounds, const Start& start) {
+  // Then `fm_passes` passes of FM (FmPass) when the caps hold.
+  std::vector<int32_t> Run(int rounds, const Start& start, int fm_passes = 0) {
     switch (start.kind) {
       case Start::Kind::kGeometric:
         GeometricPlacement(start.stretch);
@@ -76,7 +79,7 @@ class KwayPartitioner {
     for (int r = 0; r < rounds / 4; ++r) {
       if (!RefineRound()) break;
     }
-    for (int r = 0; r < kFmPasses && WithinCaps(); ++r) {
+    for (int r = 0; r < fm_passes && WithinCaps(); ++r) {
       if (!FmPass()) break;
     }
     return part_;
@@ -629,7 +632,6 @@ class KwayPartitioner {
 
   const Hypergraph& g_;
   const std::vector<int32_t>& sequence_first_block_;
-  static constexpr int kFmPasses = 2;
   static constexpr int kFmPatience = 100;           // moves without a new best before a pass ends
   static constexpr int32_t kFmNeighbourNetSize = 64;  // nets whose pins get fresh gains on a move
   std::vector<int32_t> subset_;

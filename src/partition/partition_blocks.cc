@@ -47,7 +47,9 @@ Result<std::vector<int32_t>> SolveLevel(const Hypergraph& g, const BlockSet& blo
           best_score = score;
         }
       }
-      return best;
+      // FM once, on the best start: it costs more than the starts' label propagation.
+      Engine engine(g, blocks.sequence_first_block, subset, k, compute_cap, memory_cap, seed);
+      return engine.Run(/*rounds=*/0, {.kind = Kind::kGiven, .given = &best}, Engine::kFmPasses);
     }
     case PartitionerKind::kZoltan: {
       DCP_ASSIGN_OR_RETURN(std::vector<int32_t> initial,
