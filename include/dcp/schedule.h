@@ -18,7 +18,7 @@
 namespace dcp {
 
 struct ScheduleOptions {
-  // Number of divisions; 0 chooses per batch with the cost model below (1 to 8).
+  // Number of divisions; 0 chooses per batch with the cost model below (1 to 16).
   int32_t divisions = 0;
   // Cost model used only to choose the number of divisions. Defaults: an H100-class device and an
   // 8-GPU node with NVSwitch (450 GB/s per direction per GPU) on a 400 Gbps network (50 GB/s per

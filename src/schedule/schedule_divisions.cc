@@ -17,7 +17,7 @@
 namespace dcp {
 namespace {
 
-constexpr int32_t kMaxDivisions = 8;
+constexpr int32_t kMaxDivisions = 16;
 
 struct PieceSide {
   int32_t block, head_group;
