@@ -10,4 +10,5 @@
 #include "dcp/plan.h"
 #include "dcp/runtime.h"
 #include "dcp/schedule.h"
+#include "dcp/sim.h"
 #include "dcp/status.h"
