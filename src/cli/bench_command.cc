@@ -14,6 +14,7 @@
 
 #include "cli/batch_args.h"
 #include "cli/commands.h"
+#include "cli/planning.h"
 #include "dcp/baselines.h"
 #include "dcp/sim.h"
 
@@ -60,15 +61,6 @@ Result<Measured> Simulate(const Plan& plan, const ClusterSpec& cluster) {
                   MeasureTraffic(plan, Pass::kBackward)};
 }
 
-// The scheduler's cost model from the cluster's, so dcp sizes divisions for the simulated machine.
-ScheduleOptions ScheduleFor(const ClusterSpec& cluster) {
-  ScheduleOptions options;
-  options.device_flops = cluster.device.peak_flops * cluster.device.attention.forward_efficiency;
-  options.intra_node_bytes_per_s = cluster.intra_node.bytes_per_s;
-  options.inter_node_bytes_per_s = cluster.inter_node.bytes_per_s;
-  return options;
-}
-
 Result<Plan> PlanDcp(const Batch& batch, const Topology& topology, int64_t block_size,
                      double eps_inter, const ScheduleOptions& schedule_options) {
   DCP_ASSIGN_OR_RETURN(BlockSet blocks, MakeBlocks(batch, {.block_size = block_size}));
@@ -99,10 +91,11 @@ Result<Best> RunStrategy(Strategy strategy, const Batch& batch, const Topology& 
                          const ClusterSpec& cluster) {
   Best best;
   if (strategy == Strategy::kDcp) {  // the paper's search: block size and inter-node tolerance
+    DCP_ASSIGN_OR_RETURN(const ScheduleOptions schedule, ScheduleOptionsFor("auto", cluster));
     for (int64_t block_size : {512, 1024, 2048, 4096}) {
       for (double eps_inter : {0.4, 0.1}) {
         DCP_RETURN_IF_ERROR(
-            Consider(best, PlanDcp(batch, topology, block_size, eps_inter, ScheduleFor(cluster)),
+            Consider(best, PlanDcp(batch, topology, block_size, eps_inter, schedule),
                      cluster, fmt::format("{}:{}", block_size, eps_inter)));
       }
     }

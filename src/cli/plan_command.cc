@@ -22,22 +22,6 @@ struct PlanArgs {
   bool json = false;
 };
 
-Result<ScheduleOptions> BuildScheduleOptions(const PlanArgs& args) {
-  ScheduleOptions options;
-  if (args.divisions != "auto") {
-    try {
-      size_t used = 0;
-      options.divisions = std::stoi(args.divisions, &used);
-      if (used != args.divisions.size()) throw std::invalid_argument("trailing");
-    } catch (const std::exception&) {
-      return Status::InvalidArgument(
-          fmt::format("--divisions '{}' is neither a number nor 'auto'", args.divisions));
-    }
-  }
-  DCP_RETURN_IF_ERROR(options.Validate());
-  return options;
-}
-
 // max/mean - 1 of the FLOPs each device computes in one pass.
 double ComputeImbalance(const BlockSet& blocks, const Placement& placement, int32_t devices,
                         Pass pass) {
@@ -64,7 +48,7 @@ nlohmann::json PassJson(const Plan& plan, const BlockSet& blocks, const Placemen
 }
 
 int Run(const BatchArgs& batch_args, const PlanArgs& args) {
-  Result<ScheduleOptions> schedule_options = BuildScheduleOptions(args);
+  Result<ScheduleOptions> schedule_options = ScheduleOptionsFor(args.divisions);
   if (!schedule_options.ok()) return ReportError(schedule_options.status());
   Result<PlannedBatch> planned = PlanFromArgs(batch_args, args.placement, *schedule_options);
   if (!planned.ok()) return ReportError(planned.status());

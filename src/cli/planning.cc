@@ -1,7 +1,31 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cli/planning.h"
 
+#include <stdexcept>
+#include <string>
+
 namespace dcp::cli {
+
+Result<ScheduleOptions> ScheduleOptionsFor(const std::string& divisions,
+                                           const ClusterSpec& cluster) {
+  ScheduleOptions options;
+  if (divisions != "auto") {
+    try {
+      size_t used = 0;
+      options.divisions = std::stoi(divisions, &used);
+      if (used != divisions.size()) throw std::invalid_argument("trailing");
+    } catch (const std::exception&) {
+      return Status::InvalidArgument(
+          fmt::format("--divisions '{}' is neither a number nor 'auto'", divisions));
+    }
+  }
+  options.device_flops = cluster.device.peak_flops * cluster.device.attention.forward_efficiency;
+  options.intra_node_bytes_per_s = cluster.intra_node.bytes_per_s;
+  options.inter_node_bytes_per_s = cluster.inter_node.bytes_per_s;
+  DCP_RETURN_IF_ERROR(options.Validate());
+  return options;
+}
+
 Result<PlannedBatch> PlanFromArgs(const BatchArgs& batch_args, const PlacementArgs& placement,
                                   const ScheduleOptions& schedule_options) {
   DCP_ASSIGN_OR_RETURN(Batch batch, BuildBatch(batch_args));

@@ -8,6 +8,7 @@
 #include "cli/batch_args.h"
 #include "dcp/plan.h"
 #include "dcp/schedule.h"
+#include "dcp/sim.h"
 
 namespace dcp::cli {
 
@@ -38,6 +39,11 @@ struct PlannedBatch {
   Plan plan;
   PlanningTimes ms;
 };
+
+// The scheduler's options from --divisions ("auto" or a number), with its cost model taken from
+// the cluster the plan is for, so divisions are sized for that machine.
+Result<ScheduleOptions> ScheduleOptionsFor(const std::string& divisions,
+                                           const ClusterSpec& cluster = {});
 
 Result<PlannedBatch> PlanFromArgs(const BatchArgs& batch_args, const PlacementArgs& placement,
                                   const ScheduleOptions& schedule);

@@ -41,22 +41,6 @@ struct Simulated {
   std::optional<int64_t> padded_tokens = {};
 };
 
-Result<ScheduleOptions> BuildScheduleOptions(const std::string& divisions) {
-  ScheduleOptions options;
-  if (divisions != "auto") {
-    try {
-      size_t used = 0;
-      options.divisions = std::stoi(divisions, &used);
-      if (used != divisions.size()) throw std::invalid_argument("trailing");
-    } catch (const std::exception&) {
-      return Status::InvalidArgument(
-          fmt::format("--divisions '{}' is neither a number nor 'auto'", divisions));
-    }
-  }
-  DCP_RETURN_IF_ERROR(options.Validate());
-  return options;
-}
-
 // A preset name, or a JSON file in the format of docs/simulator.md.
 Result<ClusterSpec> LoadCluster(const std::string& name) {
   Result<ClusterSpec> preset = ClusterPreset(name);
@@ -102,7 +86,7 @@ Result<Simulated> FromFile(const SimulateArgs& args, const ClusterSpec& cluster)
 
 Result<Simulated> WithDcp(const BatchArgs& batch_args, const SimulateArgs& args,
                           const ClusterSpec& cluster) {
-  DCP_ASSIGN_OR_RETURN(ScheduleOptions schedule, BuildScheduleOptions(args.divisions));
+  DCP_ASSIGN_OR_RETURN(ScheduleOptions schedule, ScheduleOptionsFor(args.divisions, cluster));
   DCP_ASSIGN_OR_RETURN(PlannedBatch planned, PlanFromArgs(batch_args, args.placement, schedule));
   Simulated out{.plan = std::move(planned.plan), .planning_ms = planned.ms.total()};
   DCP_ASSIGN_OR_RETURN(out.report,
