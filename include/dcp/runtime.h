@@ -121,9 +121,12 @@ struct MpiOptions {
 // works on a private duplicate of MPI_COMM_WORLD, so communicators made one after the other never
 // see each other's messages. Collective: every rank of MPI_COMM_WORLD calls it, in the same order;
 // returns Timeout when the others do not within options.timeout_s. Launch copies the sends, so
-// the buffers only need to live until Launch returns (receive buffers until Wait). Returns
-// Unsupported in a build without MPI, InvalidArgument for bad options and CommFailure when MPI
-// fails or was already finalized.
+// their buffers only need to live until Launch returns (receive buffers until Wait), and Wait
+// returns once the receives are in, sends finishing in the background as with the local group;
+// destroying the communicator gives those sends until the deadline unless a rank failed. Fail
+// sends the others reason.ToString() (code included, cut at 4 KiB). Returns Unsupported in a
+// build without MPI, InvalidArgument for bad options and CommFailure when MPI fails or was
+// already finalized.
 Result<std::unique_ptr<Communicator>> MakeMpiCommunicator(const MpiOptions& options);
 
 // Shuts MPI down (MPI_Finalize) after the last MPI communicator is gone, so a program run by

@@ -65,7 +65,7 @@ inline SlotId AddSlot(Program& program, int64_t bytes) {
 inline void CopySeconds(Program& program, double seconds) {
   const auto half = static_cast<int64_t>(seconds * kHbmBytesPerS / 2);
   const SlotId from = AddSlot(program, half), to = AddSlot(program, half);
-  program.instructions.push_back(BlockwiseCopy{.ops = {{from, to}}});
+  program.instructions.emplace_back(std::in_place_type<BlockwiseCopy>, BlockwiseCopy{.ops = {{from, to}}});
 }
 
 // Appends a CommLaunch `id` sending `bytes` to each of `to` and receiving `bytes` from each of
@@ -81,11 +81,11 @@ inline void Launch(Program& program, int32_t id, std::vector<int32_t> to, std::v
     launch.recvs.push_back(
         PeerSlots{.peer = DeviceId{peer}, .slots = {AddSlot(program, bytes)}, .bytes = {bytes}});
   }
-  program.instructions.push_back(std::move(launch));
+  program.instructions.emplace_back(std::in_place_type<CommLaunch>, std::move(launch));
 }
 
 inline void Wait(Program& program, int32_t id) {
-  program.instructions.push_back(CommWait{.id = id});
+  program.instructions.emplace_back(std::in_place_type<CommWait>, CommWait{.id = id});
 }
 
 }  // namespace dcp::testing

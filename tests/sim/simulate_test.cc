@@ -338,7 +338,7 @@ TEST(SimulatePlan, RejectsAPlanPartAndMissingPrograms) {
 
 TEST(SimulatePlan, RejectsASlotThatDoesNotExist) {
   Plan plan = EmptyPlan({.nodes = 1, .devices_per_node = 2});
-  Fwd(plan, 0).instructions.push_back(BlockwiseCopy{.ops = {{0, 3}}});
+  Fwd(plan, 0).instructions.emplace_back(std::in_place_type<BlockwiseCopy>, BlockwiseCopy{.ops = {{0, 3}}});
   const Result<SimReport> r = SimulatePlan(plan, SimpleCluster(2));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("forward pass, device 0: instruction 0"), std::string::npos)

@@ -1,0 +1,278 @@
+// SPDX-License-Identifier: Apache-2.0
+// End-to-end tests of `dcp run --comm mpi`: start the `dcp` binary under mpirun (one rank per
+// device) with popen, parse rank 0's --json output, and check every rank's exit and error
+// messages, also when a rank fails on purpose (the hidden --fail-rank / --fail-at options). The
+// numbers are checked against the dense reference and against the in-process run of the same
+// batch, which must give exactly the same outputs.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+// A run never takes this long; the limit turns a hang into a failure with a message (exit 124).
+constexpr int kLimitSeconds = 100;
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string ShellQuote(const std::string& arg) {
+  std::string quoted = "'";
+  for (char c : arg) {
+    if (c == '\'') {
+      quoted += "'\\''";
+    } else {
+      quoted += c;
+    }
+  }
+  return quoted + "'";
+}
+
+std::string TempPath(const std::string& suffix) {
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = info->name();  // parameterized names hold '/'
+  std::replace(name.begin(), name.end(), '/', '_');
+  return ::testing::TempDir() + "dcp_cli_mpi_" + name + "_" + std::to_string(::getpid()) + suffix;
+}
+
+// Runs `command`, capturing stdout, stderr and the exit code.
+CliRun RunCommand(const std::string& command) {
+  const std::string err_path = TempPath(".stderr");
+  CliRun run;
+  FILE* pipe = ::popen((command + " 2>" + ShellQuote(err_path)).c_str(), "r");
+  if (pipe == nullptr) {
+    ADD_FAILURE() << "popen failed for " << command;
+    return run;
+  }
+  char buffer[4096];
+  size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.out.append(buffer, n);
+  const int status = ::pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream err(err_path);
+  std::stringstream contents;
+  contents << err.rdbuf();
+  run.err = contents.str();
+  std::remove(err_path.c_str());
+  return run;
+}
+
+std::string DcpCommand(const std::vector<std::string>& args) {
+  std::string command = ShellQuote(DCP_CLI_PATH);
+  for (const std::string& arg : args) command += " " + ShellQuote(arg);
+  return command;
+}
+
+// `dcp ARGS...` in this process's place (an MPI singleton for --comm mpi).
+CliRun RunDcp(const std::vector<std::string>& args) {
+  return RunCommand("timeout -k 5 " + std::to_string(kLimitSeconds) + " " + DcpCommand(args));
+}
+
+// `mpirun -n RANKS dcp ARGS...`. Open MPI refuses to start as root unless told it may.
+CliRun RunDcpOnRanks(int ranks, const std::vector<std::string>& args) {
+  return RunCommand("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 5 " +
+                    std::to_string(kLimitSeconds) + " " + ShellQuote(DCP_MPIEXEC) + " -n " +
+                    std::to_string(ranks) + " --oversubscribe " + DcpCommand(args));
+}
+
+nlohmann::json ParseJson(const CliRun& run) {
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  nlohmann::json j = nlohmann::json::parse(run.out, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(j.is_discarded()) << "stdout is not JSON:\n" << run.out << "\nstderr:\n" << run.err;
+  EXPECT_TRUE(j.is_object()) << run.out;
+  return j;
+}
+
+// The first "dcp: error: rank R: ..." line of each rank (empty when a rank printed none).
+std::vector<std::string> ErrorLines(const std::string& err, int ranks) {
+  std::vector<std::string> lines(static_cast<size_t>(ranks));
+  std::istringstream in(err);
+  for (std::string line; std::getline(in, line);) {
+    for (int r = 0; r < ranks; ++r) {
+      std::string& first = lines[static_cast<size_t>(r)];
+      if (first.empty() && line.rfind("dcp: error: rank " + std::to_string(r) + ": ", 0) == 0) {
+        first = line;
+      }
+    }
+  }
+  return lines;
+}
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// A failing job exits non-zero anyway: under the sanitizers, what they report must be looked for.
+void ExpectNoSanitizerReport(const CliRun& run) {
+  EXPECT_FALSE(Contains(run.err, "Sanitizer")) << run.err;
+  EXPECT_FALSE(Contains(run.err, "runtime error:")) << run.err;
+}
+
+// A small batch: three sequences in 256-token blocks on four devices, 4 query heads of dimension
+// 16 over 2 KV heads (GQA 2) unless `extra` gives --kv-heads. Small, because the dense reference
+// is quadratic and the tests also run under the sanitizers.
+std::vector<std::string> SmallBatch(std::vector<std::string> extra) {
+  std::vector<std::string> args = {
+      "run",          "--comm",    "mpi",     "--seqlens", "1024,512,300",
+      "--block-size", "256",       "--heads", "4",         "--head-dim",
+      "16",           "--devices", "4",       "--json"};
+  if (std::find(extra.begin(), extra.end(), "--kv-heads") == extra.end()) {
+    args.insert(args.end(), {"--kv-heads", "2"});
+  }
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+struct Case {
+  const char* name;
+  std::vector<std::string> options;
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+class CliMpiRun : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CliMpiRun, MatchesTheDenseReferenceAndTheInProcessRunOnFourRanks) {
+  const std::vector<std::string> args = SmallBatch(GetParam().options);
+  const CliRun mpi = RunDcpOnRanks(4, args);
+  const nlohmann::json j = ParseJson(mpi);
+  ASSERT_TRUE(j.contains("errors")) << mpi.out << mpi.err;
+  EXPECT_TRUE(j["within_tolerance"].get<bool>()) << mpi.out;
+  EXPECT_EQ(j["devices"].get<int>(), 4);
+  EXPECT_EQ(j["comm"].get<std::string>(), "mpi");
+  for (const char* tensor : {"o", "lse", "dq", "dk", "dv"}) {
+    EXPECT_LE(j["errors"][tensor]["relative"].get<double>(), j["tolerance"].get<double>())
+        << tensor;
+  }
+  // The same plan, inputs and kernels in one process: exactly the same outputs.
+  std::vector<std::string> local = args;
+  local[2] = "local";
+  const nlohmann::json in_process = ParseJson(RunDcp(local));
+  EXPECT_EQ(j["errors"], in_process["errors"]);
+  EXPECT_EQ(j["n_divisions"], in_process["n_divisions"]);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    MasksDtypesAndGqa, CliMpiRun,
+    ::testing::Values(Case{"CausalFp32Gqa2", {"--mask", "causal", "--dtype", "fp32"}},
+                      Case{"SlidingWindowBf16Gqa4",
+                           {"--mask", "sliding-window:window=200", "--dtype", "bf16", "--kv-heads",
+                            "1"}},
+                      Case{"LambdaFp32TwoHeadGroupsTwoNodes",
+                           {"--mask", "lambda:sink=8,window=128", "--dtype", "fp32",
+                            "--head-groups", "2", "--topology", "2x2"}},
+                      Case{"DocumentsBf16NoGqa",
+                           {"--mask", "documents:count=3", "--dtype", "bf16", "--kv-heads", "4"}}),
+    [](const ::testing::TestParamInfo<Case>& param) { return std::string(param.param.name); });
+
+// Rank 2 breaks down in the middle of a pass: every rank ends with an error naming rank 2.
+void ExpectEveryRankStopsNamingRank2(const std::string& pass) {
+  const CliRun r = RunDcpOnRanks(4, SmallBatch({"--fail-rank", "2", "--fail-at", pass}));
+  EXPECT_NE(r.exit_code, 0);
+  ExpectNoSanitizerReport(r);
+  EXPECT_NE(r.exit_code, 124) << "the job hung:\n" << r.err;
+  const std::vector<std::string> lines = ErrorLines(r.err, 4);
+  for (int rank = 0; rank < 4; ++rank) {
+    const std::string& line = lines[static_cast<size_t>(rank)];
+    SCOPED_TRACE("rank " + std::to_string(rank) + ": " + line + "\nstderr:\n" + r.err);
+    ASSERT_FALSE(line.empty());
+    EXPECT_TRUE(Contains(line, "failure injected by --fail-rank 2 --fail-at " + pass));
+    if (rank == 2) {
+      EXPECT_TRUE(Contains(line, pass + " pass: device 2 instruction"));
+    } else {  // where it heard of it depends on what it exchanges with rank 2
+      EXPECT_TRUE(Contains(line, "CommFailure: "));
+      EXPECT_TRUE(Contains(line, "rank 2 failed: Internal: device 2 instruction"));
+    }
+  }
+}
+
+TEST(CliMpi, ARankFailingMidForwardStopsEveryRankNamingIt) {
+  ExpectEveryRankStopsNamingRank2("forward");
+}
+
+TEST(CliMpi, ARankFailingMidBackwardStopsEveryRankNamingIt) {
+  ExpectEveryRankStopsNamingRank2("backward");
+}
+
+TEST(CliMpi, ACorruptPlanPartIsACorruptErrorThatStopsEveryRank) {
+  const CliRun r = RunDcpOnRanks(4, SmallBatch({"--fail-rank", "1", "--fail-at", "plan"}));
+  EXPECT_NE(r.exit_code, 0);
+  ExpectNoSanitizerReport(r);
+  EXPECT_NE(r.exit_code, 124) << "the job hung:\n" << r.err;
+  const std::vector<std::string> lines = ErrorLines(r.err, 4);
+  for (int rank = 0; rank < 4; ++rank) {
+    const std::string& line = lines[static_cast<size_t>(rank)];
+    SCOPED_TRACE("rank " + std::to_string(rank) + ": " + line + "\nstderr:\n" + r.err);
+    ASSERT_FALSE(line.empty());
+    EXPECT_TRUE(Contains(line, "decoding the plan part of device 1"));
+    EXPECT_TRUE(Contains(line, "checksum"));
+    if (rank == 1) {
+      EXPECT_TRUE(Contains(line, "rank 1: Corrupt: "));
+    } else {
+      EXPECT_TRUE(Contains(line, "rank 1 failed: Corrupt: "));
+    }
+  }
+}
+
+// Rank 2 stops responding without failing: the ranks that wait for it give up after
+// --comm-timeout, tell the others, and the job ends instead of hanging.
+TEST(CliMpi, ARankThatStopsRespondingEndsTheJobAfterTheTimeout) {
+  const CliRun r = RunDcpOnRanks(
+      4, SmallBatch({"--fail-rank", "2", "--fail-at", "stall", "--comm-timeout", "2"}));
+  EXPECT_NE(r.exit_code, 0);
+  ExpectNoSanitizerReport(r);
+  EXPECT_NE(r.exit_code, 124) << "the job hung:\n" << r.err;
+  const std::vector<std::string> lines = ErrorLines(r.err, 4);
+  for (int rank : {0, 1, 3}) {
+    const std::string& line = lines[static_cast<size_t>(rank)];
+    SCOPED_TRACE("rank " + std::to_string(rank) + ": " + line + "\nstderr:\n" + r.err);
+    ASSERT_FALSE(line.empty());
+    EXPECT_TRUE(Contains(line, "Timeout: ")) << "it timed out, or heard from a rank that did";
+    EXPECT_TRUE(Contains(line, "no progress for 2 s"));
+  }
+}
+
+TEST(CliMpi, RejectsARankCountOtherThanTheDevicesOnEveryRank) {
+  const CliRun r = RunDcpOnRanks(2, SmallBatch({}));
+  EXPECT_NE(r.exit_code, 0);
+  ExpectNoSanitizerReport(r);
+  const std::vector<std::string> lines = ErrorLines(r.err, 2);
+  for (const std::string& line : lines) {
+    EXPECT_TRUE(Contains(line, "InvalidArgument: --comm mpi: the plan is for 4 devices"))
+        << line << "\nstderr:\n"
+        << r.err;
+    EXPECT_TRUE(Contains(line, "this MPI job has 2 ranks")) << line;
+  }
+}
+
+TEST(CliMpi, RunsOneDeviceAsAnMpiSingletonWithoutMpirun) {
+  const CliRun r = RunDcp({"run", "--comm", "mpi", "--seqlens", "300,200", "--block-size", "128",
+                           "--head-dim", "16", "--devices", "1", "--json"});
+  const nlohmann::json j = ParseJson(r);
+  EXPECT_TRUE(j["within_tolerance"].get<bool>()) << r.out;
+  EXPECT_EQ(j["devices"].get<int>(), 1);
+}
+
+TEST(CliMpi, FailureInjectionNeedsMpiAndBothOptions) {
+  const CliRun local = RunDcp({"run", "--seqlens", "100", "--fail-rank", "0", "--fail-at", "plan"});
+  EXPECT_NE(local.exit_code, 0);
+  EXPECT_TRUE(Contains(local.err, "--comm mpi")) << local.err;
+  const CliRun half = RunDcp({"run", "--seqlens", "100", "--comm", "mpi", "--fail-rank", "0"});
+  EXPECT_NE(half.exit_code, 0);
+  EXPECT_TRUE(Contains(half.err, "go together")) << half.err;
+  const CliRun where = RunDcp({"run", "--seqlens", "100", "--fail-rank", "0", "--fail-at", "x"});
+  EXPECT_NE(where.exit_code, 0);
+}
+
+}  // namespace
