@@ -17,67 +17,22 @@
 #include <string>
 #include <vector>
 
+#include "testing/cli.h"
+
 namespace {
 
 // A run never takes this long; the limit turns a hang into a failure with a message (exit 124).
 constexpr int kLimitSeconds = 100;
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string ShellQuote(const std::string& arg) {
-  std::string quoted = "'";
-  for (char c : arg) {
-    if (c == '\'') {
-      quoted += "'\\''";
-    } else {
-      quoted += c;
-    }
-  }
-  return quoted + "'";
-}
-
-std::string TempPath(const std::string& suffix) {
-  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::string name = info->name();  // parameterized names hold '/'
-  std::replace(name.begin(), name.end(), '/', '_');
-  return ::testing::TempDir() + "dcp_cli_mpi_" + name + "_" + std::to_string(::getpid()) + suffix;
-}
-
-// Runs `command`, capturing stdout, stderr and the exit code.
-CliRun RunCommand(const std::string& command) {
-  const std::string err_path = TempPath(".stderr");
-  CliRun run;
-  FILE* pipe = ::popen((command + " 2>" + ShellQuote(err_path)).c_str(), "r");
-  if (pipe == nullptr) {
-    ADD_FAILURE() << "popen failed for " << command;
-    return run;
-  }
-  char buffer[4096];
-  size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.out.append(buffer, n);
-  const int status = ::pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream err(err_path);
-  std::stringstream contents;
-  contents << err.rdbuf();
-  run.err = contents.str();
-  std::remove(err_path.c_str());
-  return run;
-}
-
-std::string DcpCommand(const std::vector<std::string>& args) {
-  std::string command = ShellQuote(DCP_CLI_PATH);
-  for (const std::string& arg : args) command += " " + ShellQuote(arg);
-  return command;
-}
+using dcp::testing::CliRun;
+using dcp::testing::DcpCommand;
+using dcp::testing::ParseJson;
+using dcp::testing::RunCommand;
+using dcp::testing::ShellQuote;
 
 // `dcp ARGS...` in this process's place (an MPI singleton for --comm mpi).
 CliRun RunDcp(const std::vector<std::string>& args) {
-  return RunCommand("timeout -k 5 " + std::to_string(kLimitSeconds) + " " + DcpCommand(args));
+  return dcp::testing::RunDcp(args, kLimitSeconds);
 }
 
 // `mpirun -n RANKS dcp ARGS...`. Open MPI refuses to start as root unless told it may.
@@ -85,14 +40,6 @@ CliRun RunDcpOnRanks(int ranks, const std::vector<std::string>& args) {
   return RunCommand("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 5 " +
                     std::to_string(kLimitSeconds) + " " + ShellQuote(DCP_MPIEXEC) + " -n " +
                     std::to_string(ranks) + " --oversubscribe " + DcpCommand(args));
-}
-
-nlohmann::json ParseJson(const CliRun& run) {
-  EXPECT_EQ(run.exit_code, 0) << run.err;
-  nlohmann::json j = nlohmann::json::parse(run.out, nullptr, /*allow_exceptions=*/false);
-  EXPECT_FALSE(j.is_discarded()) << "stdout is not JSON:\n" << run.out << "\nstderr:\n" << run.err;
-  EXPECT_TRUE(j.is_object()) << run.out;
-  return j;
 }
 
 // The first "dcp: error: rank R: ..." line of each rank (empty when a rank printed none).

@@ -12,56 +12,14 @@
 #include <string>
 #include <vector>
 
+#include "testing/cli.h"
+
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string ShellQuote(const std::string& arg) {
-  std::string quoted = "'";
-  for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
-std::string TempPath(const std::string& suffix) {
-  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  return ::testing::TempDir() + "dcp_sim_cli_" + info->name() + "_" + std::to_string(::getpid()) +
-         suffix;
-}
-
-CliRun RunDcp(const std::vector<std::string>& args) {
-  const std::string err_path = TempPath(".stderr");
-  std::string command = ShellQuote(DCP_CLI_PATH);
-  for (const std::string& arg : args) command += " " + ShellQuote(arg);
-  command += " 2>" + ShellQuote(err_path);
-  CliRun run;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    ADD_FAILURE() << "popen failed for " << command;
-    return run;
-  }
-  char buffer[4096];
-  size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.out.append(buffer, n);
-  const int status = ::pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream err(err_path);
-  std::stringstream contents;
-  contents << err.rdbuf();
-  run.err = contents.str();
-  std::remove(err_path.c_str());
-  return run;
-}
-
-nlohmann::json ParseJson(const CliRun& run) {
-  EXPECT_EQ(run.exit_code, 0) << run.err;
-  nlohmann::json j = nlohmann::json::parse(run.out, nullptr, /*allow_exceptions=*/false);
-  EXPECT_TRUE(j.is_object()) << "stdout is not a JSON object:\n" << run.out;
-  return j.is_object() ? j : nlohmann::json::object();
-}
+using dcp::testing::CliRun;
+using dcp::testing::ParseJson;
+using dcp::testing::RunDcp;
+using dcp::testing::TempPath;
 
 std::vector<std::string> SmallBatch(std::vector<std::string> more) {
   std::vector<std::string> args = {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "dcp/runtime.h"
+#include "runtime/check_peers.h"
 
 namespace dcp {
 namespace {
@@ -191,28 +192,7 @@ class LocalCommunicator final : public Communicator {
 
   template <typename Buffer>
   Status CheckPeers(int32_t id, const char* what, const std::vector<Buffer>& buffers) const {
-    std::vector<bool> seen(static_cast<size_t>(size_), false);
-    for (const Buffer& buffer : buffers) {
-      const int32_t peer = buffer.peer.value;
-      if (peer < 0 || peer >= size_) {
-        return Status::InvalidArgument(fmt::format(
-            "local communicator rank {}: Launch(id {}): {} peer {} is out of range [0, {})", rank_,
-            id, what, peer, size_));
-      }
-      if (seen[static_cast<size_t>(peer)]) {
-        return Status::InvalidArgument(
-            fmt::format("local communicator rank {}: Launch(id {}): {} peer {} is listed twice",
-                        rank_, id, what, peer));
-      }
-      seen[static_cast<size_t>(peer)] = true;
-      if (buffer.bytes > 0 && buffer.data == nullptr) {
-        return Status::InvalidArgument(fmt::format(
-            "local communicator rank {}: Launch(id {}): {} buffer for peer {} has {} bytes but "
-            "no data",
-            rank_, id, what, peer, buffer.bytes));
-      }
-    }
-    return Status::Ok();
+    return internal::CheckPeers("local", rank_, size_, id, what, buffers);
   }
 
   std::shared_ptr<GroupState> group_;

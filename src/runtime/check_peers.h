@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: Apache-2.0
+// The argument checks every Communicator::Launch makes. Internal to src/runtime.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <string_view>
+#include <vector>
+
+#include "dcp/status.h"
+
+namespace dcp::internal {
+
+// Each peer of the send or receive list (`what`) in [0, size), listed once, with data for its
+// bytes. `communicator` names the kind ("local", "mpi") in the message.
+template <typename Buffer>
+Status CheckPeers(std::string_view communicator, int32_t rank, int32_t size, int32_t id,
+                  const char* what, const std::vector<Buffer>& buffers) {
+  std::vector<bool> seen(static_cast<size_t>(size), false);
+  for (const Buffer& buffer : buffers) {
+    const int32_t peer = buffer.peer.value;
+    const std::string where =
+        fmt::format("{} communicator rank {}: Launch(id {}): {}", communicator, rank, id, what);
+    if (peer < 0 || peer >= size) {
+      return Status::InvalidArgument(
+          fmt::format("{} peer {} is out of range [0, {})", where, peer, size));
+    }
+    if (seen[static_cast<size_t>(peer)]) {
+      return Status::InvalidArgument(fmt::format("{} peer {} is listed twice", where, peer));
+    }
+    seen[static_cast<size_t>(peer)] = true;
+    if (buffer.bytes > 0 && buffer.data == nullptr) {
+      return Status::InvalidArgument(fmt::format("{} buffer for peer {} has {} bytes but no data",
+                                                 where, peer, buffer.bytes));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace dcp::internal
