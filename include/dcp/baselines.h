@@ -27,6 +27,7 @@
 #pragma once
 
 #include <string_view>
+#include <vector>
 
 #include "dcp/batch.h"
 #include "dcp/blocks.h"
@@ -58,6 +59,10 @@ struct BaselinePlan {
   Plan plan;
   int64_t padded_tokens = 0;  // tokens the real system would add to meet its divisibility rule
 };
+
+// The LoongTrain inner ring sizes the paper searches (1, 2, 4, 8) that divide the context ranks
+// of `topology` for this shape (devices / gcd(KV heads, devices)).
+std::vector<int32_t> LoongTrainInnerRings(const AttentionShape& shape, const Topology& topology);
 
 // Plans `batch` the way `strategy` (not kDcp) would. Returns InvalidArgument for bad options and
 // Unsupported where the strategy cannot run the batch on the topology (ulysses when P does not

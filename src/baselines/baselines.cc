@@ -54,10 +54,15 @@ struct Layout {
   static int32_t Mod(int32_t a, int32_t m) { return ((a % m) + m) % m; }
 };
 
+// TE and LoongTrain split heads over as many ranks as the KV heads and the devices allow.
+int32_t HeadRanks(const AttentionShape& shape, const Topology& topology) {
+  return static_cast<int32_t>(std::gcd(shape.kv_heads, int64_t{topology.devices()}));
+}
+
 Result<Layout> MakeLayout(Strategy strategy, const AttentionShape& shape,
                           const BaselineOptions& options) {
   const int32_t p = options.topology.devices();
-  const auto head_ranks = static_cast<int32_t>(std::gcd(shape.kv_heads, int64_t{p}));
+  const int32_t head_ranks = HeadRanks(shape, options.topology);
   Layout layout{.strategy = strategy};
   switch (strategy) {
     case Strategy::kRing:
@@ -245,6 +250,15 @@ Result<Strategy> ParseStrategy(std::string_view name) {
   }
   return Status::InvalidArgument(fmt::format(
       "unknown strategy '{}' (expected dcp, ring, zigzag, ulysses, te or loongtrain)", name));
+}
+
+std::vector<int32_t> LoongTrainInnerRings(const AttentionShape& shape, const Topology& topology) {
+  const int32_t context_ranks = topology.devices() / HeadRanks(shape, topology);
+  std::vector<int32_t> rings;
+  for (int32_t r : {1, 2, 4, 8}) {
+    if (context_ranks % r == 0) rings.push_back(r);
+  }
+  return rings;
 }
 
 Status BaselineOptions::Validate() const {

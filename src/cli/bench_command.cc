@@ -63,12 +63,10 @@ Result<Measured> Simulate(const Plan& plan, const ClusterSpec& cluster) {
 
 Result<Plan> PlanDcp(const Batch& batch, const Topology& topology, int64_t block_size,
                      double eps_inter, const ScheduleOptions& schedule_options) {
-  DCP_ASSIGN_OR_RETURN(BlockSet blocks, MakeBlocks(batch, {.block_size = block_size}));
-  DCP_ASSIGN_OR_RETURN(PartitionResult placed,
-                       PartitionBlocks(blocks, topology, {.eps_inter = eps_inter}));
-  DCP_ASSIGN_OR_RETURN(Schedule schedule,
-                       ScheduleDivisions(blocks, placed.placement, topology, schedule_options));
-  return CompilePlan(batch, blocks, placed.placement, schedule, topology);
+  DCP_ASSIGN_OR_RETURN(PlannedBatch planned,
+                       PlanBatch(batch, {.block_size = block_size}, topology,
+                                 {.eps_inter = eps_inter}, schedule_options));
+  return std::move(planned.plan);
 }
 
 // The fastest of a strategy's variants on one batch (dcp: block sizes; loongtrain: inner rings).
@@ -102,10 +100,7 @@ Result<Best> RunStrategy(Strategy strategy, const Batch& batch, const Topology& 
     return best;
   }
   if (strategy == Strategy::kLoongTrain) {
-    const auto head_ranks = std::gcd(batch.shape().kv_heads, int64_t{topology.devices()});
-    const int64_t ranks = topology.devices() / head_ranks;
-    for (int32_t inner : {1, 2, 4, 8}) {
-      if (ranks % inner != 0) continue;
+    for (int32_t inner : LoongTrainInnerRings(batch.shape(), topology)) {
       auto planned = PlanBaseline(strategy, batch, {.topology = topology, .inner_ring = inner});
       if (!planned.ok()) return planned.status();
       DCP_RETURN_IF_ERROR(

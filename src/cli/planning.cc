@@ -26,14 +26,10 @@ Result<ScheduleOptions> ScheduleOptionsFor(const std::string& divisions,
   return options;
 }
 
-Result<PlannedBatch> PlanFromArgs(const BatchArgs& batch_args, const PlacementArgs& placement,
-                                  const ScheduleOptions& schedule_options) {
-  DCP_ASSIGN_OR_RETURN(Batch batch, BuildBatch(batch_args));
-  DCP_ASSIGN_OR_RETURN(BlockingOptions blocking, BuildBlockingOptions(batch_args, batch));
-  DCP_ASSIGN_OR_RETURN(Topology topology, Topology::Parse(placement.topology));
-  DCP_ASSIGN_OR_RETURN(PartitionOptions partition, BuildPartitionOptions(batch_args, placement));
+Result<PlannedBatch> PlanBatch(Batch batch, const BlockingOptions& blocking,
+                               const Topology& topology, const PartitionOptions& partition,
+                               const ScheduleOptions& schedule_options) {
   DCP_RETURN_IF_ERROR(schedule_options.Validate());
-
   PlanningTimes ms;
   Stopwatch watch;
   DCP_ASSIGN_OR_RETURN(BlockSet blocks, MakeBlocks(batch, blocking));
@@ -51,6 +47,15 @@ Result<PlannedBatch> PlanFromArgs(const BatchArgs& batch_args, const PlacementAr
                       .placed = std::move(placed),
                       .plan = std::move(plan),
                       .ms = ms};
+}
+
+Result<PlannedBatch> PlanFromArgs(const BatchArgs& batch_args, const PlacementArgs& placement,
+                                  const ScheduleOptions& schedule_options) {
+  DCP_ASSIGN_OR_RETURN(Batch batch, BuildBatch(batch_args));
+  DCP_ASSIGN_OR_RETURN(BlockingOptions blocking, BuildBlockingOptions(batch_args, batch));
+  DCP_ASSIGN_OR_RETURN(Topology topology, Topology::Parse(placement.topology));
+  DCP_ASSIGN_OR_RETURN(PartitionOptions partition, BuildPartitionOptions(batch_args, placement));
+  return PlanBatch(std::move(batch), blocking, topology, partition, schedule_options);
 }
 
 }  // namespace dcp::cli

@@ -45,6 +45,12 @@ struct PlannedBatch {
 Result<ScheduleOptions> ScheduleOptionsFor(const std::string& divisions,
                                            const ClusterSpec& cluster = {});
 
+// Blocks, places, schedules and compiles `batch`, timing each phase.
+Result<PlannedBatch> PlanBatch(Batch batch, const BlockingOptions& blocking,
+                               const Topology& topology, const PartitionOptions& partition,
+                               const ScheduleOptions& schedule_options);
+
+// PlanBatch of the batch and options the command line describes.
 Result<PlannedBatch> PlanFromArgs(const BatchArgs& batch_args, const PlacementArgs& placement,
                                   const ScheduleOptions& schedule);
 

@@ -98,16 +98,10 @@ Result<Simulated> WithBaseline(Strategy strategy, const BatchArgs& batch_args,
                                const SimulateArgs& args, const Topology& topology,
                                const ClusterSpec& cluster) {
   DCP_ASSIGN_OR_RETURN(Batch batch, BuildBatch(batch_args));
-  std::vector<int32_t> rings = {1};
-  if (strategy == Strategy::kLoongTrain) {
-    // The paper tries inner rings of 1, 2, 4 and 8 context ranks and keeps the fastest.
-    const int64_t p = topology.devices();
-    const int64_t context_ranks = p / std::min<int64_t>(batch.shape().kv_heads, p);
-    rings.clear();
-    for (int32_t r : {1, 2, 4, 8}) {
-      if (context_ranks % r == 0) rings.push_back(r);
-    }
-  }
+  // LoongTrain: the paper's inner ring sizes, the fastest kept.
+  const std::vector<int32_t> rings = strategy == Strategy::kLoongTrain
+                                         ? LoongTrainInnerRings(batch.shape(), topology)
+                                         : std::vector<int32_t>{1};
   std::optional<Simulated> best;
   nlohmann::json tried = nlohmann::json::object();
   Status last_error;
