@@ -47,7 +47,7 @@ struct Outcome {
   double fwd_ms = 0, bwd_ms = 0;
   double bytes_inter_node = 0;  // both passes, mean
   double compute_imbalance = 0;  // max / mean attention FLOPs per device, mean
-  std::string choice;  // dcp: block size:eps_inter chosen per batch; loongtrain: inner ring size
+  std::string choice;  // dcp: "block size:eps_compute/eps_inter" per batch; loongtrain: inner ring
 };
 
 struct Measured {
@@ -61,15 +61,23 @@ Result<Measured> Simulate(const Plan& plan, const ClusterSpec& cluster) {
                   MeasureTraffic(plan, Pass::kBackward)};
 }
 
+// Compute tolerances dcp's search tries: (per device, per node).
+struct Tolerances {
+  double compute, inter;
+};
+constexpr Tolerances kTolerances[] = {{0.1, 0.4}, {0.1, 0.1}, {0.05, 0.05}};
+
 Result<Plan> PlanDcp(const Batch& batch, const Topology& topology, int64_t block_size,
-                     double eps_inter, const ScheduleOptions& schedule_options) {
+                     Tolerances eps, const ScheduleOptions& schedule_options) {
   DCP_ASSIGN_OR_RETURN(PlannedBatch planned,
                        PlanBatch(batch, {.block_size = block_size}, topology,
-                                 {.eps_inter = eps_inter}, schedule_options));
+                                 {.eps_compute = eps.compute, .eps_inter = eps.inter},
+                                 schedule_options));
   return std::move(planned.plan);
 }
 
-// The fastest of a strategy's variants on one batch (dcp: block sizes; loongtrain: inner rings).
+// The fastest of a strategy's variants on one batch (dcp: block sizes and tolerances;
+// loongtrain: inner rings).
 struct Best {
   Measured measured;
   std::string choice;
@@ -88,13 +96,13 @@ Status Consider(Best& best, Result<Plan> plan, const ClusterSpec& cluster, std::
 Result<Best> RunStrategy(Strategy strategy, const Batch& batch, const Topology& topology,
                          const ClusterSpec& cluster) {
   Best best;
-  if (strategy == Strategy::kDcp) {  // the paper's search: block size and inter-node tolerance
+  if (strategy == Strategy::kDcp) {  // the paper's search: block size and tolerances
     DCP_ASSIGN_OR_RETURN(const ScheduleOptions schedule, ScheduleOptionsFor("auto", cluster));
     for (int64_t block_size : {512, 1024, 2048, 4096}) {
-      for (double eps_inter : {0.4, 0.1}) {
-        DCP_RETURN_IF_ERROR(
-            Consider(best, PlanDcp(batch, topology, block_size, eps_inter, schedule),
-                     cluster, fmt::format("{}:{}", block_size, eps_inter)));
+      for (Tolerances eps : kTolerances) {
+        DCP_RETURN_IF_ERROR(Consider(best, PlanDcp(batch, topology, block_size, eps, schedule),
+                                     cluster,
+                                     fmt::format("{}:{}/{}", block_size, eps.compute, eps.inter)));
       }
     }
     return best;

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The division scheduler (see include/dcp/schedule.h).
 //
-// Per device, the tiles needing remote data are ordered by (q block, head group, kv block), so
-// tiles sharing a row are neighbours, and cut into divisions 1..n-1 of equal compute: a row's
-// inputs then arrive once, for the division that first needs them. The number of divisions is the
+// Per device, the tiles needing remote data are ordered (those needing data from other nodes in
+// the middle, tiles sharing a row as neighbours; see OrderRemoteTiles) and cut into divisions
+// 1..n-1. The number of divisions is the
 // one whose modelled timeline (each division's inputs moving while the previous one computes) is
 // shortest on the slowest device, trying divisions of equal compute and divisions sized so that
 // each one's data moves while the previous one computes.
@@ -57,13 +57,7 @@ class DivisionScheduler {
       const int32_t d = placement.compute_device[c].value;
       if (Owner(cb.q_block) != d || Owner(cb.kv_block) != d) remote_[d].push_back(c);
     }
-    for (std::vector<int32_t>& tiles : remote_) {
-      std::sort(tiles.begin(), tiles.end(), [&](int32_t a, int32_t b) {
-        const ComputeBlock &x = blocks.compute_blocks[a], &y = blocks.compute_blocks[b];
-        return std::tie(x.q_block, x.head_group, x.kv_block) <
-               std::tie(y.q_block, y.head_group, y.kv_block);
-      });
-    }
+    for (int32_t d = 0; d < topology.devices(); ++d) OrderRemoteTiles(d);
   }
 
   bool HasRemoteWork() const {
@@ -241,6 +235,40 @@ class DivisionScheduler {
   }
 
  private:
+  // Orders device d's remote tiles: those needing data from another node in the middle, between
+  // two halves (by compute) of those needing data from this node only. Inputs from other nodes
+  // then move while the first half computes, and the partial results going back to them while the
+  // second half computes, where the network between nodes is slow. Inside each group, tiles
+  // sharing a row are neighbours, so a row's inputs arrive once, for the division that first
+  // needs them.
+  void OrderRemoteTiles(int32_t d) {
+    std::vector<int32_t> intra, inter;
+    for (int32_t c : remote_[d]) (NeedsOtherNode(c, d) ? inter : intra).push_back(c);
+    const auto by_row = [&](int32_t a, int32_t b) {
+      const ComputeBlock &x = blocks_.compute_blocks[a], &y = blocks_.compute_blocks[b];
+      return std::tie(x.q_block, x.head_group, x.kv_block) <
+             std::tie(y.q_block, y.head_group, y.kv_block);
+    };
+    std::sort(intra.begin(), intra.end(), by_row);
+    std::sort(inter.begin(), inter.end(), by_row);
+    int64_t total = 0;
+    for (int32_t c : intra) total += Flops(c);
+    auto middle = intra.begin();
+    for (int64_t prefix = 0; middle != intra.end() && 2 * prefix < total; ++middle) {
+      prefix += Flops(*middle);
+    }
+    std::vector<int32_t>& tiles = remote_[d];
+    tiles.assign(intra.begin(), middle);
+    tiles.insert(tiles.end(), inter.begin(), inter.end());
+    tiles.insert(tiles.end(), middle, intra.end());
+  }
+  bool NeedsOtherNode(int32_t c, int32_t d) const {
+    const ComputeBlock& cb = blocks_.compute_blocks[c];
+    const int32_t node = topology_.NodeOf(DeviceId{d});
+    return topology_.NodeOf(DeviceId{Owner(cb.q_block)}) != node ||
+           topology_.NodeOf(DeviceId{Owner(cb.kv_block)}) != node;
+  }
+
   int32_t Owner(DataBlockId block) const { return placement_.data_device[block.value].value; }
   bool IsLocal(int32_t c, int32_t d) const {
     const ComputeBlock& cb = blocks_.compute_blocks[c];
