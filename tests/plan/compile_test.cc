@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "dcp/plan.h"
+#include "testing/cases.h"
 
 namespace dcp {
 namespace {
@@ -73,7 +74,7 @@ Result<Plan> CompileCase(const RandomCase& c) {
 }
 
 TEST(CompilePlan, PlansOfRandomBatchesPassTheValidator) {
-  for (uint64_t seed = 0; seed < 2000; ++seed) {
+  for (uint64_t seed = 0; seed < testing::RandomCases(2000); ++seed) {
     const RandomCase c = MakeCase(seed);
     SCOPED_TRACE(::testing::Message() << "seed " << seed << ", topology " << c.topology.ToString()
                                       << ", block " << c.block_size << ", mask " << c.mask);

@@ -25,6 +25,7 @@
 
 #include "dcp/plan.h"
 #include "plan/plan_format_internal.h"
+#include "testing/cases.h"
 
 namespace dcp {
 namespace {
@@ -395,8 +396,8 @@ TEST(PlanChecksum, MatchesXxh64ReferenceValues) {
 // Round trips
 
 TEST(PlanFormat, RandomPlansRoundTripBitExactly) {
-  for (uint64_t seed = 0; seed < 300; ++seed) {
-    SCOPED_TRACE(testing::Message() << "seed " << seed);
+  for (uint64_t seed = 0; seed < testing::RandomCases(300); ++seed) {
+    SCOPED_TRACE(::testing::Message() << "seed " << seed);
     const Plan plan = RandomPlan(seed);
     const std::string bytes = Encode(plan);
     Result<Plan> decoded = DecodePlan(bytes);
@@ -463,7 +464,7 @@ TEST(PlanFormat, EncodeReplacesWhatTheOutputHeld) {
 
 TEST(PlanPartForDevice, KeepsTheTablesAndOnlyThatDevicesPrograms) {
   for (uint64_t seed = 0; seed < 40; ++seed) {
-    SCOPED_TRACE(testing::Message() << "seed " << seed);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed);
     const Plan plan = RandomPlan(seed);
     for (int32_t d = 0; d < plan.topology.devices(); ++d) {
       const Plan part = PlanPartForDevice(plan, DeviceId{d});
@@ -790,7 +791,7 @@ TEST(PlanDecode, EveryFieldCheckNamesTheValueAndWhereItIs) {
        "plan: forward program 0: slot 0: tensor kind code 8 is not in [0, 7]"},
   };
   for (size_t i = 0; i < std::size(cases); ++i) {
-    SCOPED_TRACE(testing::Message() << "case " << i << ": " << cases[i].message);
+    SCOPED_TRACE(::testing::Message() << "case " << i << ": " << cases[i].message);
     Plan plan = FixturePlan();
     cases[i].damage(plan);
     const Status status = DecodeStatus(Encode(plan));
@@ -824,7 +825,7 @@ std::vector<size_t> TruncationLengths(size_t size) {
 
 TEST(PlanDecodeFuzz, EveryTruncationFails) {
   for (uint64_t seed = 0; seed < 20; ++seed) {
-    SCOPED_TRACE(testing::Message() << "seed " << seed);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed);
     const std::string bytes = Encode(RandomPlan(seed));
     for (size_t n : TruncationLengths(bytes.size())) {
       ASSERT_FALSE(DecodePlan(std::string_view(bytes).substr(0, n)).ok()) << "length " << n;
@@ -845,7 +846,7 @@ std::vector<std::pair<uint64_t, std::string>> SmallEncodedPlans(int count, size_
 
 TEST(PlanDecodeFuzz, EveryTruncationOfAResealedPayloadIsCorrupt) {
   for (const auto& [seed, bytes] : SmallEncodedPlans(10, 3000)) {
-    SCOPED_TRACE(testing::Message() << "seed " << seed);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed);
     for (size_t n = kHeader; n < bytes.size(); ++n) {
       std::string truncated = bytes.substr(0, n);
       Reseal(&truncated);
@@ -899,7 +900,7 @@ bool Mutate(Rng& rng, std::string* bytes, size_t begin) {
 TEST(PlanDecodeFuzz, BitFlipsAndByteOverwritesFail) {
   int tried = 0;
   for (uint64_t seed = 0; seed < 8; ++seed) {
-    SCOPED_TRACE(testing::Message() << "seed " << seed);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed);
     const std::string bytes = Encode(RandomPlan(seed));
     Rng rng(seed + 1000);
     for (int i = 0; i < 500; ++i) {
@@ -916,7 +917,7 @@ TEST(PlanDecodeFuzz, BitFlipsAndByteOverwritesFail) {
 TEST(PlanDecodeFuzz, ResealedDamageIsCorruptOrDecodesToItsOwnBytes) {
   int refused = 0, accepted = 0;
   for (const auto& [seed, bytes] : SmallEncodedPlans(40, 6000)) {
-    SCOPED_TRACE(testing::Message() << "seed " << seed);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed);
     Rng rng(seed + 2000);
     for (int i = 0; i < 400; ++i) {
       std::string damaged = bytes;

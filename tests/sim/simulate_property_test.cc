@@ -6,6 +6,7 @@
 #include <random>
 
 #include "dcp/sim.h"
+#include "testing/cases.h"
 
 namespace dcp {
 namespace {
@@ -55,7 +56,7 @@ Result<Plan> CompileCase(const RandomCase& c) {
 }
 
 TEST(SimulatePlan, InvariantsHoldOnRandomPlans) {
-  for (uint64_t seed = 0; seed < 150; ++seed) {
+  for (uint64_t seed = 0; seed < testing::RandomCases(150); ++seed) {
     const RandomCase c = MakeCase(seed);
     SCOPED_TRACE(::testing::Message() << "seed " << seed << ", topology " << c.topology.ToString()
                                       << ", block " << c.block_size << ", mask " << c.mask);
@@ -118,7 +119,7 @@ namespace {
 // error, never hangs or crashes.
 TEST(SimulatePlan, NeverHangsOnDamagedPlans) {
   int errors = 0;
-  for (uint64_t seed = 0; seed < 200; ++seed) {
+  for (uint64_t seed = 0; seed < testing::RandomCases(200); ++seed) {
     const RandomCase c = MakeCase(seed);
     Result<Plan> plan = CompileCase(c);
     ASSERT_TRUE(plan.ok());
