@@ -4,10 +4,10 @@
 //
 // Start: a sequence whose blocks fit on one part goes there whole (it then moves nothing); longer
 // sequences are cut into rows (a data block with the tiles that read its queries), placed largest
-// first on the least loaded part. Refinement moves single vertices and whole rows to the part that
-// most reduces km1 without breaking a cap, then a repair pass moves vertices out of overloaded
-// parts at the least km1 cost. The caps are enforced natively, never by scaling weights.
-// Internal to src/partition.
+// first on the least loaded part, or in stripes of whole rows. Refinement moves single vertices
+// and whole rows to the part that most reduces km1 without breaking a cap, then a repair pass moves
+// vertices out of overloaded parts at the least km1 cost. The caps are enforced natively, never by
+// scaling weights. Internal to src/partition.
 #pragma once
 
 #include <algorithm>
@@ -45,9 +45,10 @@ class KwayPartitioner {
   }
 
   // How the engine starts: from the geometric cut with its q axis stretched by `stretch` times
-  // the row/column byte ratio, from the greedy whole-sequence packing, or from a given partition.
+  // the row/column byte ratio, from contiguous runs of data blocks, from the greedy whole-sequence
+  // packing, from stripes of whole rows (StripePlacement), or from a given partition.
   struct Start {
-    enum class Kind { kGeometric, kContiguous, kGreedy, kGiven } kind = Kind::kGeometric;
+    enum class Kind { kGeometric, kContiguous, kGreedy, kStripes, kGiven } kind = Kind::kGeometric;
     double stretch = 1.0;                         // kGeometric
     const std::vector<int32_t>* given = nullptr;  // kGiven: a part per vertex
   };
@@ -67,6 +68,9 @@ class KwayPartitioner {
         break;
       case Start::Kind::kContiguous:
         ContiguousPlacement();
+        break;
+      case Start::Kind::kStripes:
+        StripePlacement();
         break;
       case Start::Kind::kGiven:
         for (int32_t v : subset_) Assign(v, (*start.given)[v]);
@@ -297,14 +301,15 @@ class KwayPartitioner {
     }
   }
 
-  void InitialPlacement() {
-    // Units: a whole sequence if it fits a part, else its rows; tiles whose row's data block is
-    // outside the subset are units of their own.
-    struct Unit {
-      std::vector<int32_t> vertices;
-      int64_t compute = 0, memory = 0;
-    };
-    std::vector<Unit> units;
+  // A unit of the greedy starts: vertices placed together.
+  struct Unit {
+    std::vector<int32_t> vertices;
+    int64_t compute = 0, memory = 0;
+  };
+  // The units of the subset: a whole sequence if it fits half a part (in *whole), else its rows,
+  // one list per sequence in block order (in *rows); tiles whose row's data block is outside the
+  // subset are units of their own (in *whole).
+  void BuildUnits(std::vector<Unit>* whole_units, std::vector<std::vector<Unit>>* rows_of) const {
     std::vector<char> covered(g_.n_vertices(), 0);
     const auto add = [&](Unit& u, int32_t v) {
       if (covered[v]) return;
@@ -330,19 +335,23 @@ class KwayPartitioner {
       }
       if (static_cast<double>(whole.compute) <= compute_cap_ / 2 &&
           static_cast<double>(whole.memory) <= memory_cap_ / 2) {
-        units.push_back(std::move(whole));
+        if (!whole.vertices.empty()) whole_units->push_back(std::move(whole));
       } else {
-        for (Unit& r : rows) units.push_back(std::move(r));
+        rows_of->push_back(std::move(rows));
       }
     }
     for (int32_t v : subset_) {
       if (!covered[v]) {
         Unit u;
         add(u, v);
-        units.push_back(std::move(u));
+        whole_units->push_back(std::move(u));
       }
     }
-    // Largest first (by the constraint it presses hardest), each onto the least loaded part.
+  }
+
+  // Places units largest first (by the constraint each presses hardest), each onto the least
+  // loaded part.
+  void PlaceLeastLoaded(std::vector<Unit> units) {
     const auto size = [&](const Unit& u) {
       return std::max(static_cast<double>(u.compute) / compute_cap_,
                       static_cast<double>(u.memory) / memory_cap_);
@@ -362,6 +371,62 @@ class KwayPartitioner {
       }
       for (int32_t v : u.vertices) Assign(v, best);
     }
+  }
+
+  // Greedy start: whole short sequences and the rows of long ones, largest first onto the least
+  // loaded part.
+  void InitialPlacement() {
+    std::vector<Unit> units;
+    std::vector<std::vector<Unit>> rows_of;
+    BuildUnits(&units, &rows_of);
+    for (std::vector<Unit>& rows : rows_of) {
+      for (Unit& r : rows) units.push_back(std::move(r));
+    }
+    PlaceLeastLoaded(std::move(units));
+  }
+
+  // Start that cuts long sequences into stripes of whole rows. Row nets weigh several times
+  // column nets, so a part that holds whole rows with their data pays only for the columns it
+  // reads from above its stripe. Rows go bottom-up (the long, compute-heavy rows first), each part
+  // filled until its compute plus the compute of the short sequences needed to fill its memory to
+  // the average would pass the average; whole short sequences then fill the parts least loaded
+  // first. Top rows (short, data-heavy) thus end in a stripe of many rows or fill other parts.
+  void StripePlacement() {
+    std::vector<Unit> units;
+    std::vector<std::vector<Unit>> rows_of;
+    BuildUnits(&units, &rows_of);
+    double total_compute = 0, total_memory = 0, filler_compute = 0, filler_memory = 0;
+    for (int32_t v : subset_) {
+      total_compute += static_cast<double>(g_.compute_weight[v]);
+      total_memory += static_cast<double>(g_.memory_weight[v]);
+    }
+    for (const Unit& u : units) {
+      filler_compute += static_cast<double>(u.compute);
+      filler_memory += static_cast<double>(u.memory);
+    }
+    // Compute the fillers bring per byte of memory.
+    const double density = filler_memory > 0 ? filler_compute / filler_memory : 0;
+    const double avg_compute = total_compute / k_, avg_memory = total_memory / k_;
+    std::stable_sort(rows_of.begin(), rows_of.end(),
+                     [](const auto& a, const auto& b) { return a.size() > b.size(); });
+    int32_t p = 0;
+    double c = 0, m = 0;
+    for (const std::vector<Unit>& rows : rows_of) {
+      for (auto r = rows.rbegin(); r != rows.rend(); ++r) {
+        const double next_c = c + static_cast<double>(r->compute);
+        const double next_m = m + static_cast<double>(r->memory);
+        const bool full = next_m > avg_memory ||
+                          next_c + std::max(0.0, avg_memory - next_m) * density > avg_compute;
+        if (full && (c > 0 || m > 0) && p + 1 < k_) {
+          ++p;
+          c = m = 0;
+        }
+        c += static_cast<double>(r->compute);
+        m += static_cast<double>(r->memory);
+        for (int32_t v : r->vertices) Assign(v, p);
+      }
+    }
+    PlaceLeastLoaded(std::move(units));
   }
 
   // One pass of label propagation: single-vertex moves, then whole-row moves of data vertices.
@@ -632,7 +697,7 @@ class KwayPartitioner {
 
   const Hypergraph& g_;
   const std::vector<int32_t>& sequence_first_block_;
-  static constexpr int kFmPatience = 100;           // moves without a new best before a pass ends
+  static constexpr int kFmPatience = 100;             // moves without a new best before a pass ends
   static constexpr int32_t kFmNeighbourNetSize = 64;  // nets whose pins get fresh gains on a move
   std::vector<int32_t> subset_;
   int32_t k_;

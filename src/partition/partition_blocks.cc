@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "dcp/partition.h"
+#include "partition/coarsen.h"
 #include "partition/kway_partitioner.h"
 #include "partition/zoltan_kway.h"
 
@@ -20,6 +21,93 @@ int64_t Sum(const std::vector<int64_t>& w, const std::vector<int32_t>& subset) {
   return total;
 }
 
+// The builtin engine, multilevel. Coarsens the subset (coarsen.h) while every part would still
+// get at least kMinDataPerPart data vertices, so the caps can still be met with whole coarse
+// vertices; tries several starts on the coarsest hypergraph and keeps the best; then projects it
+// level by level back to `g`, refining at each level under the same caps (weights sum, so the caps
+// mean the same at every level). Coarse moves shift whole patches of tiles and whole pairs of
+// rows, which single-tile moves at the finest level cannot do without first paying for them.
+// The stripe start needs rows one block tall, so it runs on `g` itself, and competes with the
+// multilevel result.
+std::vector<int32_t> SolveBuiltin(const Hypergraph& g,
+                                  const std::vector<int32_t>& sequence_first_block,
+                                  const std::vector<int32_t>& subset, int32_t k, double compute_cap,
+                                  double memory_cap, uint64_t seed, int rounds) {
+  using Engine = internal::KwayPartitioner;
+  using Kind = Engine::Start::Kind;
+  constexpr int64_t kMinDataPerPart = 4;
+  // Level 0 is `g` itself; level i > 0 is levels[i - 1].
+  std::vector<internal::CoarseLevel> levels;
+  const auto graph_at = [&](size_t i) -> const Hypergraph& {
+    return i == 0 ? g : levels[i - 1].graph;
+  };
+  const auto sequences_at = [&](size_t i) -> const std::vector<int32_t>& {
+    return i == 0 ? sequence_first_block : levels[i - 1].sequence_first_block;
+  };
+  const auto subset_at = [&](size_t i) -> const std::vector<int32_t>& {
+    return i == 0 ? subset : levels[i - 1].subset;
+  };
+  const auto data_in = [](const Hypergraph& h, const std::vector<int32_t>& vertices) {
+    return std::count_if(vertices.begin(), vertices.end(),
+                         [&](int32_t v) { return v >= h.n_compute; });
+  };
+  for (;;) {
+    const size_t top = levels.size();
+    const int64_t data = data_in(graph_at(top), subset_at(top));
+    if (data < 2 * kMinDataPerPart * k) break;
+    internal::CoarseLevel next =
+        internal::Coarsen(graph_at(top), sequences_at(top), subset_at(top));
+    // Sequences of one block do not contract; stop when too little does.
+    if (10 * data_in(next.graph, next.subset) > 9 * data) break;
+    levels.push_back(std::move(next));
+  }
+  const size_t top = levels.size();
+
+  // Within the caps first, then the fewest bytes.
+  std::vector<int32_t> best;
+  std::pair<bool, int64_t> best_score{false, 0};
+  const auto keep_better = [&](std::vector<int32_t> part, const Engine& engine) {
+    const std::pair<bool, int64_t> score{engine.WithinCaps(), engine.km1()};
+    if (best.empty() || (score.first && !best_score.first) ||
+        (score.first == best_score.first && score.second < best_score.second)) {
+      best = std::move(part);
+      best_score = score;
+    }
+  };
+
+  // Several starts on the coarsest level. FM on each when that level is coarse (it is cheap
+  // there); on `g` itself only once, on the best start.
+  const Engine::Start starts[] = {{Kind::kGeometric, 1.0},
+                                  {Kind::kGeometric, 0.5},
+                                  {Kind::kGeometric, 2.0},
+                                  {Kind::kContiguous},
+                                  {Kind::kGreedy}};
+  for (const Engine::Start& start : starts) {
+    Engine engine(graph_at(top), sequences_at(top), subset_at(top), k, compute_cap, memory_cap,
+                  seed);
+    keep_better(engine.Run(rounds, start, top > 0 ? Engine::kFmPasses : 0), engine);
+  }
+  if (top == 0) {
+    Engine engine(g, sequence_first_block, subset, k, compute_cap, memory_cap, seed);
+    return engine.Run(/*rounds=*/0, {.kind = Kind::kGiven, .given = &best}, Engine::kFmPasses);
+  }
+
+  // Project and refine, level by level.
+  for (size_t level = top; level > 0; --level) {
+    const internal::CoarseLevel& coarse = levels[level - 1];
+    std::vector<int32_t> fine(graph_at(level - 1).n_vertices(), -1);
+    for (int32_t v : subset_at(level - 1)) fine[v] = best[coarse.coarse_of[v]];
+    Engine engine(graph_at(level - 1), sequences_at(level - 1), subset_at(level - 1), k,
+                  compute_cap, memory_cap, seed);
+    best.clear();
+    keep_better(engine.Run(rounds, {.kind = Kind::kGiven, .given = &fine}, Engine::kFmPasses),
+                engine);
+  }
+  Engine stripes(g, sequence_first_block, subset, k, compute_cap, memory_cap, seed);
+  keep_better(stripes.Run(rounds, {.kind = Kind::kStripes}, Engine::kFmPasses), stripes);
+  return best;
+}
+
 // One level: `subset` into k parts under the caps; returns a part per vertex (-1 outside).
 Result<std::vector<int32_t>> SolveLevel(const Hypergraph& g, const BlockSet& blocks,
                                         const std::vector<int32_t>& subset, int32_t k,
@@ -27,30 +115,9 @@ Result<std::vector<int32_t>> SolveLevel(const Hypergraph& g, const BlockSet& blo
                                         const PartitionOptions& options) {
   using Engine = internal::KwayPartitioner;
   switch (options.partitioner) {
-    case PartitionerKind::kBuiltin: {
-      // Several starts, keep the best: within the caps first, then the fewest bytes.
-      using Kind = Engine::Start::Kind;
-      const Engine::Start starts[] = {{Kind::kGeometric, 1.0},
-                                      {Kind::kGeometric, 0.5},
-                                      {Kind::kGeometric, 2.0},
-                                      {Kind::kContiguous},
-                                      {Kind::kGreedy}};
-      std::vector<int32_t> best;
-      std::pair<bool, int64_t> best_score{false, 0};
-      for (const Engine::Start& start : starts) {
-        Engine engine(g, blocks.sequence_first_block, subset, k, compute_cap, memory_cap, seed);
-        std::vector<int32_t> part = engine.Run(options.refinement_rounds, start);
-        const std::pair<bool, int64_t> score{engine.WithinCaps(), engine.km1()};
-        if (best.empty() || (score.first && !best_score.first) ||
-            (score.first == best_score.first && score.second < best_score.second)) {
-          best = std::move(part);
-          best_score = score;
-        }
-      }
-      // FM once, on the best start: it costs more than the starts' label propagation.
-      Engine engine(g, blocks.sequence_first_block, subset, k, compute_cap, memory_cap, seed);
-      return engine.Run(/*rounds=*/0, {.kind = Kind::kGiven, .given = &best}, Engine::kFmPasses);
-    }
+    case PartitionerKind::kBuiltin:
+      return SolveBuiltin(g, blocks.sequence_first_block, subset, k, compute_cap, memory_cap, seed,
+                          options.refinement_rounds);
     case PartitionerKind::kZoltan: {
       DCP_ASSIGN_OR_RETURN(std::vector<int32_t> initial,
                            internal::ZoltanKway(g, subset, k, compute_cap, memory_cap, seed));

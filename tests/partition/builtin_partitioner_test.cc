@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "dcp/partition.h"
+#include "partition/coarsen.h"
 
 namespace dcp {
 namespace {
@@ -140,6 +142,148 @@ TEST(PartitionerKind, ParsesAndPrints) {
   auto bad = ParsePartitionerKind("kahypar");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("'kahypar'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dcp
+
+namespace dcp {
+namespace {
+
+// km1 of a part per vertex (parts of vertices outside the subset are -1 and count for nothing).
+int64_t Km1(const Hypergraph& g, const std::vector<int32_t>& part) {
+  int64_t km1 = 0;
+  for (int32_t n = 0; n < g.n_nets(); ++n) {
+    std::vector<int32_t> parts;
+    for (int32_t i = g.net_begin[n]; i < g.net_begin[n + 1]; ++i) {
+      if (part[g.pins[i]] >= 0) parts.push_back(part[g.pins[i]]);
+    }
+    std::sort(parts.begin(), parts.end());
+    parts.erase(std::unique(parts.begin(), parts.end()), parts.end());
+    if (!parts.empty()) km1 += g.net_weight[n] * static_cast<int64_t>(parts.size() - 1);
+  }
+  return km1;
+}
+
+std::vector<int32_t> AllVertices(const Hypergraph& g) {
+  std::vector<int32_t> all(g.n_vertices());
+  for (int32_t v = 0; v < g.n_vertices(); ++v) all[v] = v;
+  return all;
+}
+
+TEST(Coarsen, ContractedWeightsSumToTheFineOnes) {
+  for (uint64_t seed = 0; seed < 10; ++seed) {
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    std::vector<int64_t> lengths(1 + rng() % 5);
+    for (int64_t& l : lengths) l = 1 + static_cast<int64_t>(rng() % 9000);
+    const BlockSet set = Blocks(lengths, seed % 2 ? "causal" : "lambda:sink=16,window=700", 512);
+    const Hypergraph g = BuildHypergraph(set);
+    const internal::CoarseLevel level =
+        internal::Coarsen(g, set.sequence_first_block, AllVertices(g));
+    const Hypergraph& c = level.graph;
+    std::vector<int64_t> compute(c.n_vertices(), 0), memory(c.n_vertices(), 0);
+    for (int32_t v = 0; v < g.n_vertices(); ++v) {
+      const int32_t cv = level.coarse_of[v];
+      ASSERT_TRUE(cv >= 0 && cv < c.n_vertices());
+      EXPECT_EQ(cv < c.n_compute, v < g.n_compute);  // compute stays compute, data stays data
+      compute[cv] += g.compute_weight[v];
+      memory[cv] += g.memory_weight[v];
+    }
+    EXPECT_EQ(compute, c.compute_weight);
+    EXPECT_EQ(memory, c.memory_weight);
+    EXPECT_EQ(level.sequence_first_block.size(), set.sequence_first_block.size());
+    EXPECT_EQ(level.sequence_first_block.back(), c.n_data);
+    EXPECT_LT(c.n_data, std::max(g.n_data, 2));
+  }
+}
+
+// On causal masks the row (and column) nets of blocks 2i and 2i+1 span the same super-tiles and
+// merge, so a projected partition moves exactly what the coarse one does.
+TEST(Coarsen, ProjectedPartitionHasTheCoarseKm1OnCausalBatches) {
+  for (uint64_t seed = 0; seed < 10; ++seed) {
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    std::vector<int64_t> lengths(1 + rng() % 5);
+    for (int64_t& l : lengths) l = 256 * (1 + static_cast<int64_t>(rng() % 40));
+    const BlockSet set = Blocks(lengths, "causal", 256);
+    const Hypergraph g = BuildHypergraph(set);
+    const internal::CoarseLevel level =
+        internal::Coarsen(g, set.sequence_first_block, AllVertices(g));
+    const Hypergraph& c = level.graph;
+    EXPECT_LT(c.n_nets(), g.n_nets());  // parallel nets merged
+    std::vector<int32_t> coarse_part(c.n_vertices());
+    for (int32_t& p : coarse_part) p = static_cast<int32_t>(rng() % 4);
+    std::vector<int32_t> fine_part(g.n_vertices());
+    for (int32_t v = 0; v < g.n_vertices(); ++v) fine_part[v] = coarse_part[level.coarse_of[v]];
+    EXPECT_EQ(Km1(g, fine_part), Km1(c, coarse_part));
+  }
+}
+
+// Any mask: a projected partition never moves more than the coarse one (coarse nets only merge
+// fine nets with identical coarse pins).
+TEST(Coarsen, ProjectedPartitionNeverMovesMoreThanTheCoarseOne) {
+  for (uint64_t seed = 0; seed < 10; ++seed) {
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    std::vector<int64_t> lengths(1 + rng() % 5);
+    for (int64_t& l : lengths) l = 1 + static_cast<int64_t>(rng() % 9000);
+    const BlockSet set = Blocks(lengths, "lambda:sink=16,window=700", 256);
+    const Hypergraph g = BuildHypergraph(set);
+    const internal::CoarseLevel level =
+        internal::Coarsen(g, set.sequence_first_block, AllVertices(g));
+    std::vector<int32_t> coarse_part(level.graph.n_vertices());
+    for (int32_t& p : coarse_part) p = static_cast<int32_t>(rng() % 3);
+    std::vector<int32_t> fine_part(g.n_vertices());
+    for (int32_t v = 0; v < g.n_vertices(); ++v) fine_part[v] = coarse_part[level.coarse_of[v]];
+    EXPECT_LE(Km1(g, fine_part), Km1(level.graph, coarse_part));
+  }
+}
+
+// A subset (one node's share in the two-level placement) coarsens to vertices of the subset only.
+TEST(Coarsen, KeepsVerticesOutsideTheSubsetOut) {
+  const BlockSet set = Blocks({8192, 4096}, "causal", 512);
+  const Hypergraph g = BuildHypergraph(set);
+  std::vector<int32_t> subset;
+  for (int32_t v = 0; v < g.n_vertices(); v += 3) subset.push_back(v);
+  const internal::CoarseLevel level = internal::Coarsen(g, set.sequence_first_block, subset);
+  int64_t fine_compute = 0, fine_memory = 0, coarse_compute = 0, coarse_memory = 0;
+  for (int32_t v : subset) {
+    fine_compute += g.compute_weight[v];
+    fine_memory += g.memory_weight[v];
+  }
+  for (int32_t cv : level.subset) {
+    coarse_compute += level.graph.compute_weight[cv];
+    coarse_memory += level.graph.memory_weight[cv];
+  }
+  EXPECT_EQ(coarse_compute, fine_compute);
+  EXPECT_EQ(coarse_memory, fine_memory);
+  for (int32_t v = 0; v < g.n_vertices(); ++v) {
+    const bool in = std::binary_search(subset.begin(), subset.end(), v);
+    EXPECT_EQ(level.coarse_of[v] >= 0, in) << v;
+  }
+  for (int32_t p : level.graph.pins) {
+    EXPECT_TRUE(std::binary_search(level.subset.begin(), level.subset.end(), p));
+  }
+}
+
+// Batches with many blocks per device coarsen several levels; the caps must hold once the
+// partition is projected back and refined.
+TEST(PartitionBlocks, MeetsBothCapsAfterUncoarseningOnRandomBatches) {
+  for (uint64_t seed = 0; seed < 12; ++seed) {
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    std::vector<int64_t> lengths(2 + rng() % 6);
+    for (int64_t& l : lengths) l = 1024 * (4 + static_cast<int64_t>(rng() % 60));
+    const BlockSet set = Blocks(lengths, seed % 3 ? "causal" : "lambda:sink=64,window=4096", 512);
+    const Topology topology{.nodes = 1, .devices_per_node = 2 + static_cast<int32_t>(rng() % 7)};
+    const PartitionOptions options{.eps_compute = 0.05, .eps_memory = 0.05, .seed = seed};
+    auto result = PartitionBlocks(set, topology, options);
+    ASSERT_TRUE(result.ok()) << result.status().ToString();
+    EXPECT_TRUE(result->balanced);
+    EXPECT_LE(result->report.compute_imbalance, 0.05 + 1e-9);
+    EXPECT_LE(result->report.memory_imbalance, 0.05 + 1e-9);
+  }
 }
 
 }  // namespace
