@@ -1,11 +1,80 @@
 // SPDX-License-Identifier: Apache-2.0
-// One level of coarsening of an attention hypergraph (see coarsen.h).
+// Contractions of attention hypergraphs: one level of pairs, or whole rows (see coarsen.h).
 #include "partition/coarsen.h"
 
 #include <algorithm>
 #include <tuple>
 
 namespace dcp::internal {
+
+namespace {
+
+// Fills the nets and the incidence of `c` (whose vertex counts are set) from those of `g` under
+// `coarse_of` (fine vertex -> coarse vertex, -1 outside) and `coarse_block` (fine data block ->
+// coarse data block). Nets with the same coarse pins merge (weights add), and nets left with one
+// pin are dropped (they can never span two parts). Merged nets are ordered by their first fine
+// net, which keeps the per-data-block head-group order of BuildHypergraph.
+void ContractNets(const Hypergraph& g, const std::vector<int32_t>& coarse_of,
+                  const std::vector<int32_t>& coarse_block, Hypergraph* out) {
+  Hypergraph& c = *out;
+  struct CoarseNet {
+    std::vector<int32_t> pins;
+    int32_t fine;  // first fine net
+  };
+  std::vector<CoarseNet> nets;
+  std::vector<int32_t> stamp(c.n_vertices(), -1);
+  for (int32_t n = 0; n < g.n_nets(); ++n) {
+    CoarseNet net{{}, n};
+    for (int32_t i = g.net_begin[n]; i < g.net_begin[n + 1]; ++i) {
+      const int32_t cv = coarse_of[g.pins[i]];
+      if (cv < 0 || stamp[cv] == n) continue;
+      stamp[cv] = n;
+      net.pins.push_back(cv);
+    }
+    if (net.pins.size() < 2) continue;
+    std::sort(net.pins.begin(), net.pins.end());
+    nets.push_back(std::move(net));
+  }
+  std::sort(nets.begin(), nets.end(), [](const CoarseNet& a, const CoarseNet& b) {
+    return std::tie(a.pins, a.fine) < std::tie(b.pins, b.fine);
+  });
+  struct Merged {
+    int32_t fine, first;  // first fine net; index into `nets` of the group's first
+    int64_t weight;
+  };
+  std::vector<Merged> merged;
+  for (size_t i = 0; i < nets.size(); ++i) {
+    if (i == 0 || nets[i].pins != nets[i - 1].pins) {
+      merged.push_back({nets[i].fine, static_cast<int32_t>(i), 0});
+    }
+    merged.back().weight += g.net_weight[nets[i].fine];
+  }
+  std::sort(merged.begin(), merged.end(),
+            [](const Merged& a, const Merged& b) { return a.fine < b.fine; });
+  c.net_begin.push_back(0);
+  for (const Merged& m : merged) {
+    c.net_weight.push_back(m.weight);
+    c.net_data_block.push_back(coarse_block[g.net_data_block[m.fine]]);
+    c.net_kind.push_back(g.net_kind[m.fine]);
+    const std::vector<int32_t>& pins = nets[m.first].pins;
+    c.pins.insert(c.pins.end(), pins.begin(), pins.end());
+    c.net_begin.push_back(static_cast<int32_t>(c.pins.size()));
+  }
+
+  // Transpose pins into the vertex -> nets incidence.
+  c.vertex_begin.assign(c.n_vertices() + 1, 0);
+  for (int32_t p : c.pins) c.vertex_begin[p + 1]++;
+  for (int32_t v = 0; v < c.n_vertices(); ++v) c.vertex_begin[v + 1] += c.vertex_begin[v];
+  c.incident.resize(c.pins.size());
+  std::vector<int32_t> fill(c.vertex_begin.begin(), c.vertex_begin.end() - 1);
+  for (int32_t n = 0; n < c.n_nets(); ++n) {
+    for (int32_t i = c.net_begin[n]; i < c.net_begin[n + 1]; ++i) {
+      c.incident[fill[c.pins[i]]++] = n;
+    }
+  }
+}
+
+}  // namespace
 
 CoarseLevel Coarsen(const Hypergraph& g, const std::vector<int32_t>& sequence_first_block,
                     const std::vector<int32_t>& subset) {
@@ -87,64 +156,52 @@ CoarseLevel Coarsen(const Hypergraph& g, const std::vector<int32_t>& sequence_fi
     if (in_coarse_subset[cv]) level.subset.push_back(cv);
   }
 
-  // Nets: the coarse pins of each fine net; nets with the same pin set merge (weights add), and
-  // nets left with one pin are dropped (they can never span two parts). Merged nets are ordered
-  // by their first fine net, which keeps the per-data-block head-group order used above.
-  struct CoarseNet {
-    std::vector<int32_t> pins;
-    int32_t fine;  // first fine net
-  };
-  std::vector<CoarseNet> nets;
-  std::vector<int32_t> stamp(c.n_vertices(), -1);
-  for (int32_t n = 0; n < g.n_nets(); ++n) {
-    CoarseNet net{{}, n};
-    for (int32_t i = g.net_begin[n]; i < g.net_begin[n + 1]; ++i) {
-      const int32_t cv = level.coarse_of[g.pins[i]];
-      if (cv < 0 || stamp[cv] == n) continue;
-      stamp[cv] = n;
-      net.pins.push_back(cv);
-    }
-    if (net.pins.size() < 2) continue;
-    std::sort(net.pins.begin(), net.pins.end());
-    nets.push_back(std::move(net));
-  }
-  std::sort(nets.begin(), nets.end(), [](const CoarseNet& a, const CoarseNet& b) {
-    return std::tie(a.pins, a.fine) < std::tie(b.pins, b.fine);
-  });
-  struct Merged {
-    int32_t fine, first;  // first fine net; index into `nets` of the group's first
-    int64_t weight;
-  };
-  std::vector<Merged> merged;
-  for (size_t i = 0; i < nets.size(); ++i) {
-    if (i == 0 || nets[i].pins != nets[i - 1].pins) {
-      merged.push_back({nets[i].fine, static_cast<int32_t>(i), 0});
-    }
-    merged.back().weight += g.net_weight[nets[i].fine];
-  }
-  std::sort(merged.begin(), merged.end(),
-            [](const Merged& a, const Merged& b) { return a.fine < b.fine; });
-  c.net_begin.push_back(0);
-  for (const Merged& m : merged) {
-    c.net_weight.push_back(m.weight);
-    c.net_data_block.push_back(coarse_block[g.net_data_block[m.fine]]);
-    c.net_kind.push_back(g.net_kind[m.fine]);
-    const std::vector<int32_t>& pins = nets[m.first].pins;
-    c.pins.insert(c.pins.end(), pins.begin(), pins.end());
-    c.net_begin.push_back(static_cast<int32_t>(c.pins.size()));
-  }
+  ContractNets(g, level.coarse_of, coarse_block, &c);
+  return level;
+}
 
-  // Transpose pins into the vertex -> nets incidence.
-  c.vertex_begin.assign(c.n_vertices() + 1, 0);
-  for (int32_t p : c.pins) c.vertex_begin[p + 1]++;
-  for (int32_t v = 0; v < c.n_vertices(); ++v) c.vertex_begin[v + 1] += c.vertex_begin[v];
-  c.incident.resize(c.pins.size());
-  std::vector<int32_t> fill(c.vertex_begin.begin(), c.vertex_begin.end() - 1);
-  for (int32_t n = 0; n < c.n_nets(); ++n) {
-    for (int32_t i = c.net_begin[n]; i < c.net_begin[n + 1]; ++i) {
-      c.incident[fill[c.pins[i]]++] = n;
+CoarseLevel ContractRows(const Hypergraph& g, const std::vector<int32_t>& sequence_first_block,
+                         const std::vector<int32_t>& subset) {
+  CoarseLevel level;
+  level.sequence_first_block = sequence_first_block;
+  std::vector<char> in_subset(g.n_vertices(), 0);
+  for (int32_t v : subset) in_subset[v] = 1;
+
+  // The data block whose row a tile of the subset joins (-1: its row's data lies outside).
+  std::vector<int32_t> row_of(g.n_compute, -1);
+  for (int32_t n = 0; n < g.n_nets(); ++n) {
+    if (g.net_kind[n] != NetKind::kRow || !in_subset[g.n_compute + g.net_data_block[n]]) continue;
+    for (int32_t i = g.net_begin[n]; i < g.net_begin[n + 1]; ++i) {
+      const int32_t t = g.pins[i];
+      if (t < g.n_compute && in_subset[t]) row_of[t] = g.net_data_block[n];
     }
   }
+  Hypergraph& c = level.graph;
+  level.coarse_of.assign(g.n_vertices(), -1);
+  for (int32_t v : subset) {
+    if (v < g.n_compute && row_of[v] < 0) level.coarse_of[v] = c.n_compute++;
+  }
+  c.n_data = g.n_data;
+  c.compute_weight.assign(c.n_vertices(), 0);
+  c.memory_weight.assign(c.n_vertices(), 0);
+  std::vector<char> in_coarse_subset(c.n_vertices(), 0);
+  for (int32_t v : subset) {
+    if (v >= g.n_compute) {
+      level.coarse_of[v] = c.n_compute + (v - g.n_compute);
+    } else if (row_of[v] >= 0) {
+      level.coarse_of[v] = c.n_compute + row_of[v];
+    }
+    const int32_t cv = level.coarse_of[v];
+    c.compute_weight[cv] += g.compute_weight[v];
+    c.memory_weight[cv] += g.memory_weight[v];
+    in_coarse_subset[cv] = 1;
+  }
+  for (int32_t cv = 0; cv < c.n_vertices(); ++cv) {
+    if (in_coarse_subset[cv]) level.subset.push_back(cv);
+  }
+  std::vector<int32_t> same_block(g.n_data);
+  for (int32_t b = 0; b < g.n_data; ++b) same_block[b] = b;
+  ContractNets(g, level.coarse_of, same_block, &c);
   return level;
 }
 

@@ -38,4 +38,16 @@ struct CoarseLevel {
 CoarseLevel Coarsen(const Hypergraph& g, const std::vector<int32_t>& sequence_first_block,
                     const std::vector<int32_t>& subset);
 
+// Contracts each data vertex of the `subset` with its row: the tiles of the subset that read its
+// queries. Row nets then have one pin and vanish, so the coarse hypergraph prices only what rows
+// exchange (column nets over the rows that read them) and a partition of it keeps every row whole
+// with its data. Row nets weigh several times column nets (Q + O against KV), and the top rows of
+// a long causal sequence are light fillers whose columns the rows below read anyway, so whole
+// rows are a strong model on causal batches. Coarse data vertex n_compute + b stands for fine
+// data block b (empty and outside the coarse subset when b is outside the subset) and carries the
+// compute of its row; tiles whose row's data lies outside the subset stay one coarse compute
+// vertex each, numbered first. sequence_first_block is copied.
+CoarseLevel ContractRows(const Hypergraph& g, const std::vector<int32_t>& sequence_first_block,
+                         const std::vector<int32_t>& subset);
+
 }  // namespace dcp::internal

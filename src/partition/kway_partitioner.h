@@ -46,7 +46,8 @@ class KwayPartitioner {
 
   // How the engine starts: from the geometric cut with its q axis stretched by `stretch` times
   // the row/column byte ratio, from contiguous runs of data blocks, from the greedy whole-sequence
-  // packing, from stripes of whole rows (StripePlacement), or from a given partition.
+  // packing, from stripes of whole rows (StripePlacement), or from a given partition (such as
+  // the annealed whole rows of SolveWholeRows in partition_blocks.cc).
   struct Start {
     enum class Kind { kGeometric, kContiguous, kGreedy, kStripes, kGiven } kind = Kind::kGeometric;
     double stretch = 1.0;                         // kGeometric

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "dcp/partition.h"
+#include "partition/annealer.h"
 #include "partition/coarsen.h"
 #include "partition/kway_partitioner.h"
 #include "partition/zoltan_kway.h"
@@ -21,14 +22,149 @@ int64_t Sum(const std::vector<int64_t>& w, const std::vector<int32_t>& subset) {
   return total;
 }
 
-// The builtin engine, multilevel. Coarsens the subset (coarsen.h) while every part would still
-// get at least kMinDataPerPart data vertices, so the caps can still be met with whole coarse
-// vertices; tries several starts on the coarsest hypergraph and keeps the best; then projects it
-// level by level back to `g`, refining at each level under the same caps (weights sum, so the caps
-// mean the same at every level). Coarse moves shift whole patches of tiles and whole pairs of
-// rows, which single-tile moves at the finest level cannot do without first paying for them.
-// The stripe start needs rows one block tall, so it runs on `g` itself, and competes with the
-// multilevel result.
+// Largest first (by the cap each vertex presses hardest), each onto the part where the larger of
+// its two relative loads stays least, ties to the part of least total relative load. Returns a part
+// per vertex of h (-1 outside the subset), or nothing when that breaks a cap.
+std::vector<int32_t> PackLargestFirst(const Hypergraph& h, const std::vector<int32_t>& subset,
+                                      int32_t k, double compute_cap, double memory_cap) {
+  const auto relative = [&](int64_t compute, int64_t memory) {
+    return std::pair{static_cast<double>(compute) / compute_cap,
+                     static_cast<double>(memory) / memory_cap};
+  };
+  std::vector<std::pair<double, int32_t>> order;
+  for (int32_t v : subset) {
+    const auto [c, m] = relative(h.compute_weight[v], h.memory_weight[v]);
+    order.emplace_back(-std::max(c, m), v);
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<int64_t> compute(k, 0), memory(k, 0);
+  std::vector<int32_t> part(h.n_vertices(), -1);
+  for (const auto& [size, v] : order) {
+    int32_t best = 0;
+    std::pair<double, double> best_key;
+    for (int32_t p = 0; p < k; ++p) {
+      const auto [c, m] =
+          relative(compute[p] + h.compute_weight[v], memory[p] + h.memory_weight[v]);
+      const std::pair<double, double> key{std::max(c, m), c + m};
+      if (p == 0 || key < best_key) {
+        best = p;
+        best_key = key;
+      }
+    }
+    part[v] = best;
+    compute[best] += h.compute_weight[v];
+    memory[best] += h.memory_weight[v];
+  }
+  // Then swaps (or moves) out of the part furthest over a cap, each the one that brings it lowest
+  // while the other part stays within the caps.
+  const auto load = [&](int32_t p, int64_t dc, int64_t dm) {
+    const auto [c, m] = relative(compute[p] + dc, memory[p] + dm);
+    return std::max(c, m);
+  };
+  for (size_t attempt = 0; attempt < subset.size(); ++attempt) {
+    int32_t over = -1;
+    for (int32_t p = 0; p < k; ++p) {
+      if (load(p, 0, 0) > 1 && (over < 0 || load(p, 0, 0) > load(over, 0, 0))) over = p;
+    }
+    if (over < 0) return part;
+    int32_t best_v = -1, best_u = -1;
+    double best_load = load(over, 0, 0);
+    for (int32_t v : subset) {
+      if (part[v] != over) continue;
+      const int64_t cv = h.compute_weight[v], mv = h.memory_weight[v];
+      for (int32_t u : subset) {  // u == v stands for a move of v alone, to each other part
+        const int32_t q = part[u];
+        if (q == over) {
+          if (u != v) continue;
+          for (int32_t to = 0; to < k; ++to) {
+            if (to == over || load(to, cv, mv) > 1 || load(over, -cv, -mv) >= best_load) continue;
+            best_v = v, best_u = -1 - to, best_load = load(over, -cv, -mv);
+          }
+          continue;
+        }
+        const int64_t cu = h.compute_weight[u], mu = h.memory_weight[u];
+        if (load(q, cv - cu, mv - mu) > 1) continue;
+        const double after = load(over, cu - cv, mu - mv);
+        if (after < best_load) best_v = v, best_u = u, best_load = after;
+      }
+    }
+    if (best_v < 0) return {};
+    const auto move = [&](int32_t v, int32_t to) {
+      compute[part[v]] -= h.compute_weight[v];
+      memory[part[v]] -= h.memory_weight[v];
+      part[v] = to;
+      compute[to] += h.compute_weight[v];
+      memory[to] += h.memory_weight[v];
+    };
+    if (best_u < 0) {
+      move(best_v, -1 - best_u);
+    } else {
+      const int32_t q = part[best_u];
+      move(best_u, over);
+      move(best_v, q);
+    }
+  }
+  return {};
+}
+
+// The weight of the nets with a pin in the subset: the engine's km1() counts every net spanning
+// one part once more than km1 proper, so this is what separates the two.
+int64_t TouchedNetWeight(const Hypergraph& g, const std::vector<int32_t>& subset) {
+  std::vector<char> touched(g.n_nets(), 0);
+  int64_t total = 0;
+  for (int32_t v : subset) {
+    for (int32_t i = g.vertex_begin[v]; i < g.vertex_begin[v + 1]; ++i) {
+      const int32_t n = g.incident[i];
+      if (!touched[n]) {
+        touched[n] = 1;
+        total += g.net_weight[n];
+      }
+    }
+  }
+  return total;
+}
+
+// A partition of `g` that keeps every row whole with its data (ContractRows): packed largest
+// first on the row hypergraph, then annealed there. Empty when no packing within the caps was
+// found (rows too big for the parts, as at high k). *km1 gets its km1 (exact on `g`: row nets
+// stay on one part and the row hypergraph's merged column nets weigh what they merge).
+std::vector<int32_t> SolveWholeRows(const Hypergraph& g,
+                                    const std::vector<int32_t>& sequence_first_block,
+                                    const std::vector<int32_t>& subset, int32_t k,
+                                    double compute_cap, double memory_cap, uint64_t seed,
+                                    int64_t* km1) {
+  // Annealing steps are kAnnealSteps * n^1.5 for n row vertices: the 64 rows of the reference
+  // instance S then take ~2 ms, and the 320 of M at k=8 get ~2x more steps per row, which larger
+  // instances need to settle (half that leaves M ~4% worse on average over seeds).
+  constexpr double kAnnealSteps = 64;
+  const internal::CoarseLevel rows = internal::ContractRows(g, sequence_first_block, subset);
+  std::vector<int32_t> row_part =
+      PackLargestFirst(rows.graph, rows.subset, k, compute_cap, memory_cap);
+  if (row_part.empty()) return {};
+  const double n = static_cast<double>(rows.subset.size());
+  *km1 = internal::Anneal(
+      rows.graph, rows.subset, k, compute_cap, memory_cap,
+      {.steps = static_cast<int64_t>(kAnnealSteps * n * std::sqrt(n)), .seed = seed},
+      &row_part);
+  std::vector<int32_t> part(g.n_vertices(), -1);
+  for (int32_t v : subset) part[v] = row_part[rows.coarse_of[v]];
+  return part;
+}
+
+// The builtin engine. Two models compete:
+//  - Whole rows (SolveWholeRows): each data block with the tiles that read its queries, so only
+//    column nets are paid; strong while parts hold many rows (small k on long causal sequences).
+//  - Multilevel: coarsens the subset (coarsen.h) while every part would still get at least
+//    kMinDataPerPart data vertices, so the caps can still be met with whole coarse vertices; tries
+//    several starts on the coarsest hypergraph and keeps the best; then projects it level by
+//    level back to `g`, refining at each level under the same caps (weights sum, so the caps mean
+//    the same at every level). Coarse moves shift whole patches of tiles and whole pairs of rows,
+//    which single-tile moves at the finest level cannot do without first paying for them. It finds
+//    the 2-D regions that win when rows must be split (high k).
+// When whole rows fit and beat the first (geometric) start, the multilevel driver tries no other
+// start: the contiguous and greedy ones place whole rows too, and the annealed rows beat them. The
+// row partition is then refined on `g` (tiles may leave their rows) when it is not clearly worse
+// than the multilevel one.
 std::vector<int32_t> SolveBuiltin(const Hypergraph& g,
                                   const std::vector<int32_t>& sequence_first_block,
                                   const std::vector<int32_t>& subset, int32_t k, double compute_cap,
@@ -36,6 +172,13 @@ std::vector<int32_t> SolveBuiltin(const Hypergraph& g,
   using Engine = internal::KwayPartitioner;
   using Kind = Engine::Start::Kind;
   constexpr int64_t kMinDataPerPart = 4;
+  // Rows worse than the multilevel result by more than this fraction are not refined on `g`.
+  constexpr double kRowRefineMargin = 0.02;
+
+  int64_t rows_km1 = 0;
+  const std::vector<int32_t> rows = SolveWholeRows(g, sequence_first_block, subset, k,
+                                                   compute_cap, memory_cap, seed, &rows_km1);
+
   // Level 0 is `g` itself; level i > 0 is levels[i - 1].
   std::vector<internal::CoarseLevel> levels;
   const auto graph_at = [&](size_t i) -> const Hypergraph& {
@@ -75,23 +218,33 @@ std::vector<int32_t> SolveBuiltin(const Hypergraph& g,
     }
   };
 
-  // Several starts on the coarsest level. FM on each when that level is coarse (it is cheap
-  // there); on `g` itself only once, on the best start.
+  // Starts on the coarsest level. FM on each when that level is coarse (it is cheap there); on
+  // `g` itself only once, on the best start.
   const Engine::Start starts[] = {{Kind::kGeometric, 1.0},
                                   {Kind::kGeometric, 0.5},
                                   {Kind::kGeometric, 2.0},
                                   {Kind::kContiguous},
                                   {Kind::kGreedy}};
+  const int64_t top_base = TouchedNetWeight(graph_at(top), subset_at(top));
   for (const Engine::Start& start : starts) {
+    // Whole rows within the caps that beat the first start (coarse km1 is what its projection
+    // moves on causal masks, at most that on others) beat the row-like starts after it too.
+    if (!best.empty() && !rows.empty() && best_score.first &&
+        rows_km1 <= best_score.second - top_base) {
+      break;
+    }
     Engine engine(graph_at(top), sequences_at(top), subset_at(top), k, compute_cap, memory_cap,
                   seed);
     keep_better(engine.Run(rounds, start, top > 0 ? Engine::kFmPasses : 0), engine);
   }
   if (top == 0) {
     Engine engine(g, sequence_first_block, subset, k, compute_cap, memory_cap, seed);
-    return engine.Run(/*rounds=*/0, {.kind = Kind::kGiven, .given = &best}, Engine::kFmPasses);
+    const std::vector<int32_t> coarsest = std::move(best);
+    best.clear();
+    keep_better(
+        engine.Run(/*rounds=*/0, {.kind = Kind::kGiven, .given = &coarsest}, Engine::kFmPasses),
+        engine);
   }
-
   // Project and refine, level by level.
   for (size_t level = top; level > 0; --level) {
     const internal::CoarseLevel& coarse = levels[level - 1];
@@ -103,8 +256,21 @@ std::vector<int32_t> SolveBuiltin(const Hypergraph& g,
     keep_better(engine.Run(rounds, {.kind = Kind::kGiven, .given = &fine}, Engine::kFmPasses),
                 engine);
   }
-  Engine stripes(g, sequence_first_block, subset, k, compute_cap, memory_cap, seed);
-  keep_better(stripes.Run(rounds, {.kind = Kind::kStripes}, Engine::kFmPasses), stripes);
+
+  // Stripes of whole rows, when the annealed whole rows did not fit the caps (their packing is
+  // cruder, but repair and refinement may still get it within them).
+  if (rows.empty()) {
+    Engine stripes(g, sequence_first_block, subset, k, compute_cap, memory_cap, seed);
+    keep_better(stripes.Run(rounds, {.kind = Kind::kStripes}, Engine::kFmPasses), stripes);
+  }
+  const int64_t multilevel_km1 = best_score.second - TouchedNetWeight(g, subset);
+  if (!rows.empty() && (!best_score.first || static_cast<double>(rows_km1) <=
+                                                 (1 + kRowRefineMargin) *
+                                                     static_cast<double>(multilevel_km1))) {
+    Engine engine(g, sequence_first_block, subset, k, compute_cap, memory_cap, seed);
+    keep_better(engine.Run(rounds, {.kind = Kind::kGiven, .given = &rows}, Engine::kFmPasses),
+                engine);
+  }
   return best;
 }
 

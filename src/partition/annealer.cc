@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: Apache-2.0
+// Simulated annealing under two caps (see annealer.h).
+#include "partition/annealer.h"
+
+#include <cmath>
+#include <random>
+
+namespace dcp::internal {
+namespace {
+
+// The partition with its loads and pin counts, kept current move by move.
+class AnnealState {
+ public:
+  AnnealState(const Hypergraph& g, const std::vector<int32_t>& subset,
+              const std::vector<int32_t>& part, int32_t k, double compute_cap, double memory_cap)
+      : g_(g),
+        k_(k),
+        compute_cap_(compute_cap),
+        memory_cap_(memory_cap),
+        part_(part),
+        compute_(k, 0),
+        memory_(k, 0),
+        pin_count_(static_cast<size_t>(g.n_nets()) * k, 0) {
+    std::vector<char> counted(g.n_nets(), 0);
+    for (int32_t v : subset) {
+      Add(v, part_[v]);
+      for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
+        const int32_t n = g_.incident[i];
+        if (!counted[n]) {
+          counted[n] = 1;
+          km1_ -= g_.net_weight[n];  // a net on one part moves nothing
+        }
+      }
+    }
+  }
+
+  int64_t km1() const { return km1_; }
+  const std::vector<int32_t>& part() const { return part_; }
+  int32_t part_of(int32_t v) const { return part_[v]; }
+
+  bool WithinCaps() const {
+    for (int32_t p = 0; p < k_; ++p) {
+      if (static_cast<double>(compute_[p]) > compute_cap_ ||
+          static_cast<double>(memory_[p]) > memory_cap_) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Whether part p may change its load by the given amounts: it ends within the caps, or no
+  // further over a cap than it already was.
+  bool MayChange(int32_t p, int64_t compute_change, int64_t memory_change) const {
+    const auto ok = [](int64_t load, int64_t change, double cap) {
+      return change <= 0 || static_cast<double>(load + change) <= cap;
+    };
+    return ok(compute_[p], compute_change, compute_cap_) &&
+           ok(memory_[p], memory_change, memory_cap_);
+  }
+
+  // The km1 change that moving v to part `to` would make.
+  int64_t MoveDelta(int32_t v, int32_t to) const {
+    const int32_t from = part_[v];
+    int64_t delta = 0;
+    for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
+      const int32_t n = g_.incident[i];
+      if (pin_count_[Slot(n, from)] == 1) delta -= g_.net_weight[n];
+      if (pin_count_[Slot(n, to)] == 0) delta += g_.net_weight[n];
+    }
+    return delta;
+  }
+
+  // The km1 change that swapping u and v (on different parts) would make. A net holding both
+  // keeps its pin counts on both parts, so the two single-move deltas are corrected for it.
+  int64_t SwapDelta(int32_t v, int32_t u) {
+    const int32_t p = part_[v], q = part_[u];
+    ++stamp_now_;
+    for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
+      stamp_[g_.incident[i]] = stamp_now_;
+    }
+    int64_t delta = MoveDelta(v, q) + MoveDelta(u, p);
+    for (int32_t i = g_.vertex_begin[u]; i < g_.vertex_begin[u + 1]; ++i) {
+      const int32_t n = g_.incident[i];
+      if (stamp_[n] != stamp_now_) continue;
+      if (pin_count_[Slot(n, p)] == 1) delta += g_.net_weight[n];
+      if (pin_count_[Slot(n, q)] == 1) delta += g_.net_weight[n];
+    }
+    return delta;
+  }
+
+  // Moves v to part `to`; returns the km1 change.
+  int64_t Move(int32_t v, int32_t to) {
+    const int64_t before = km1_;
+    Remove(v);
+    Add(v, to);
+    return km1_ - before;
+  }
+
+ private:
+  void Add(int32_t v, int32_t p) {
+    part_[v] = p;
+    compute_[p] += g_.compute_weight[v];
+    memory_[p] += g_.memory_weight[v];
+    for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
+      if (pin_count_[Slot(g_.incident[i], p)]++ == 0) km1_ += g_.net_weight[g_.incident[i]];
+    }
+  }
+  void Remove(int32_t v) {
+    const int32_t p = part_[v];
+    compute_[p] -= g_.compute_weight[v];
+    memory_[p] -= g_.memory_weight[v];
+    for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
+      if (--pin_count_[Slot(g_.incident[i], p)] == 0) km1_ -= g_.net_weight[g_.incident[i]];
+    }
+  }
+  size_t Slot(int32_t n, int32_t p) const { return static_cast<size_t>(n) * k_ + p; }
+
+  const Hypergraph& g_;
+  int32_t k_;
+  double compute_cap_, memory_cap_;
+  std::vector<int32_t> part_;
+  std::vector<int64_t> compute_, memory_;
+  std::vector<int32_t> pin_count_;
+  std::vector<int64_t> stamp_ = std::vector<int64_t>(g_.n_nets(), 0);  // SwapDelta's marks
+  int64_t stamp_now_ = 0;
+  int64_t km1_ = 0;
+};
+
+}  // namespace
+
+int64_t Anneal(const Hypergraph& g, const std::vector<int32_t>& subset, int32_t k,
+               double compute_cap, double memory_cap, const AnnealOptions& options,
+               std::vector<int32_t>* part) {
+  AnnealState state(g, subset, *part, k, compute_cap, memory_cap);
+  const size_t n = subset.size();
+  int64_t best = state.km1();
+  bool have_best = state.WithinCaps();
+  if (n < 2 || k < 2 || options.steps <= 0) return best;
+
+  // Temperatures are in units of the mean weight of the nets the subset touches.
+  double mean_weight = 0;
+  {
+    std::vector<char> seen(g.n_nets(), 0);
+    int64_t count = 0;
+    for (int32_t v : subset) {
+      for (int32_t i = g.vertex_begin[v]; i < g.vertex_begin[v + 1]; ++i) {
+        const int32_t net = g.incident[i];
+        if (seen[net]) continue;
+        seen[net] = 1;
+        mean_weight += static_cast<double>(g.net_weight[net]);
+        ++count;
+      }
+    }
+    if (count == 0) return best;
+    mean_weight /= static_cast<double>(count);
+  }
+  double heat = options.start_heat * mean_weight;
+  const double cooling = std::pow(options.end_heat / options.start_heat,
+                                  1.0 / static_cast<double>(options.steps));
+
+  std::mt19937_64 rng(options.seed);
+  const auto uniform = [&rng] { return static_cast<double>(rng() >> 11) * 0x1.0p-53; };
+  // A number in [0, bound): the high half of a 32-bit draw times bound (no division).
+  const auto pick = [&rng](size_t bound) {
+    return static_cast<size_t>(((rng() >> 32) * static_cast<uint64_t>(bound)) >> 32);
+  };
+  const auto accept = [&](int64_t delta) {
+    return delta <= 0 || uniform() < std::exp(-static_cast<double>(delta) / heat);
+  };
+  const auto keep_if_best = [&] {
+    if (state.km1() < best || !have_best) {
+      if (!state.WithinCaps()) return;
+      best = state.km1();
+      have_best = true;
+      *part = state.part();
+    }
+  };
+  for (int64_t step = 0; step < options.steps; ++step, heat *= cooling) {
+    const int32_t v = subset[pick(n)];
+    const int32_t from = state.part_of(v);
+    const int64_t cv = g.compute_weight[v], mv = g.memory_weight[v];
+    if (rng() & 1) {
+      // A move to the part of a pin of one of v's nets (any part when v has no nets).
+      const int32_t degree = g.vertex_begin[v + 1] - g.vertex_begin[v];
+      int32_t to;
+      if (degree == 0) {
+        to = static_cast<int32_t>(pick(static_cast<size_t>(k)));
+      } else {
+        const int32_t net = g.incident[g.vertex_begin[v] + static_cast<int32_t>(pick(degree))];
+        const size_t size = g.net_begin[net + 1] - g.net_begin[net];
+        to = state.part_of(g.pins[g.net_begin[net] + static_cast<int32_t>(pick(size))]);
+      }
+      if (to < 0 || to == from || !state.MayChange(to, cv, mv)) continue;
+      if (!accept(state.MoveDelta(v, to))) continue;
+      state.Move(v, to);
+    } else {
+      // A swap with a vertex of another part.
+      const int32_t u = subset[pick(n)];
+      const int32_t to = state.part_of(u);
+      if (to == from) continue;
+      const int64_t cu = g.compute_weight[u], mu = g.memory_weight[u];
+      if (!state.MayChange(to, cv - cu, mv - mu) || !state.MayChange(from, cu - cv, mu - mv)) {
+        continue;
+      }
+      if (!accept(state.SwapDelta(v, u))) continue;
+      state.Move(v, to);
+      state.Move(u, from);
+    }
+    keep_if_best();
+  }
+  return best;
+}
+
+}  // namespace dcp::internal
