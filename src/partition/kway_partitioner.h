@@ -37,7 +37,10 @@ class KwayPartitioner {
         in_subset_(g.n_vertices(), 0),
         compute_(k, 0),
         memory_(k, 0),
-        pin_count_(static_cast<size_t>(g.n_nets()) * k, 0) {
+        pin_count_(static_cast<size_t>(g.n_nets()) * k, 0),
+        parts_of_net_(pin_count_.size(), 0),
+        index_in_net_(pin_count_.size(), 0),
+        n_parts_of_net_(g.n_nets(), 0) {
     for (int32_t v : subset_) {
       in_subset_[v] = 1;
       if (v >= g.n_compute) data_vertices_.push_back(v);
@@ -122,7 +125,12 @@ class KwayPartitioner {
     compute_[p] += g_.compute_weight[v];
     memory_[p] += g_.memory_weight[v];
     for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
-      if (pin_count_[Slot(g_.incident[i], p)]++ == 0) km1_ += g_.net_weight[g_.incident[i]];
+      const int32_t n = g_.incident[i];
+      if (pin_count_[Slot(n, p)]++ == 0) {
+        km1_ += g_.net_weight[n];
+        index_in_net_[Slot(n, p)] = n_parts_of_net_[n];
+        parts_of_net_[Slot(n, n_parts_of_net_[n]++)] = p;
+      }
     }
   }
   void Unassign(int32_t v) {
@@ -130,7 +138,13 @@ class KwayPartitioner {
     compute_[p] -= g_.compute_weight[v];
     memory_[p] -= g_.memory_weight[v];
     for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
-      if (--pin_count_[Slot(g_.incident[i], p)] == 0) km1_ -= g_.net_weight[g_.incident[i]];
+      const int32_t n = g_.incident[i];
+      if (--pin_count_[Slot(n, p)] == 0) {
+        km1_ -= g_.net_weight[n];
+        const int32_t last = parts_of_net_[Slot(n, --n_parts_of_net_[n])];
+        parts_of_net_[Slot(n, index_in_net_[Slot(n, p)])] = last;
+        index_in_net_[Slot(n, last)] = index_in_net_[Slot(n, p)];
+      }
     }
     part_[v] = -1;
   }
@@ -623,12 +637,19 @@ class KwayPartitioner {
     out->clear();
     for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
       const int32_t n = g_.incident[i];
-      for (int32_t p = 0; p < k_; ++p) {
-        if (pin_count_[Slot(n, p)] > 0) out->push_back(p);
+      for (int32_t j = 0; j < n_parts_of_net_[n]; ++j) {
+        const int32_t p = parts_of_net_[Slot(n, j)];
+        if (seen_[p] != seen_stamp_) {
+          seen_[p] = seen_stamp_;
+          out->push_back(p);
+        }
       }
     }
+    if (++seen_stamp_ == 0) {  // wrapped: start the stamps afresh
+      std::fill(seen_.begin(), seen_.end(), 0);
+      seen_stamp_ = 1;
+    }
     std::sort(out->begin(), out->end());
-    out->erase(std::unique(out->begin(), out->end()), out->end());
   }
 
   // Moves vertices out of parts above a cap, each to the part with room where km1 grows least.
@@ -709,7 +730,14 @@ class KwayPartitioner {
   std::vector<char> in_subset_;
   std::vector<int32_t> data_vertices_;  // of the subset
   std::vector<int64_t> compute_, memory_;
-  std::vector<int32_t> pin_count_;
+  std::vector<int32_t> pin_count_;  // per (net, part): pins of the net on the part
+  // Per net, the parts it has pins on: parts_of_net_[Slot(n, 0 .. n_parts_of_net_[n])], with
+  // index_in_net_[Slot(n, p)] the place of p there; kept so that Candidates costs the parts a
+  // vertex's nets span, not k per net.
+  std::vector<int32_t> parts_of_net_, index_in_net_, n_parts_of_net_;
+  // Candidates' scratch: seen_[p] == seen_stamp_ when p is already in the list being built.
+  mutable std::vector<uint32_t> seen_ = std::vector<uint32_t>(k_, 0);
+  mutable uint32_t seen_stamp_ = 1;
   int64_t km1_ = 0;
 };
 
