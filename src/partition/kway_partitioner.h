@@ -94,6 +94,15 @@ class KwayPartitioner {
   }
 
   int64_t km1() const { return km1_; }
+  // The largest load of a part relative to its cap, over both constraints (<= 1 within the caps).
+  double MaxLoad() const {
+    double most = 0;
+    for (int32_t p = 0; p < k_; ++p) {
+      most = std::max({most, static_cast<double>(compute_[p]) / compute_cap_,
+                       static_cast<double>(memory_[p]) / memory_cap_});
+    }
+    return most;
+  }
   // Whether every part is within both caps.
   bool WithinCaps() const {
     for (int32_t p = 0; p < k_; ++p) {
@@ -652,6 +661,32 @@ class KwayPartitioner {
     std::sort(out->begin(), out->end());
   }
 
+  // Moves the vertex of part `over` whose move to part `to` costs the fewest bytes among those
+  // that leave `to` below where `over` was on the overloaded constraint (and within the other
+  // constraint's cap): the sum of squared loads then falls, so repeated levelling ends. Returns
+  // whether a vertex moved.
+  bool LevelOut(int32_t over, bool compute_over, int32_t to) {
+    const std::vector<int64_t>& load = compute_over ? compute_ : memory_;
+    const std::vector<int64_t>& weight = compute_over ? g_.compute_weight : g_.memory_weight;
+    int32_t best = -1;
+    int64_t best_delta = 0;
+    for (int32_t v : subset_) {
+      if (part_[v] != over || weight[v] == 0 || load[to] + weight[v] >= load[over] ||
+          !(compute_over ? Fits(to, 0, g_.memory_weight[v]) : Fits(to, g_.compute_weight[v], 0))) {
+        continue;
+      }
+      const int64_t delta = MoveDelta(v, to);
+      if (best < 0 || delta < best_delta) {
+        best = v;
+        best_delta = delta;
+      }
+    }
+    if (best < 0) return false;
+    Unassign(best);
+    Assign(best, to);
+    return true;
+  }
+
   // Moves vertices out of parts above a cap, each to the part with room where km1 grows least.
   void Repair() {
     // Each pass ranks the moves out of one overloaded part by km1 change and applies the best few,
@@ -694,8 +729,10 @@ class KwayPartitioner {
           moves.push_back({MoveDelta(v, to), v, to});
         }
       }
-      if (moves.empty()) {  // nothing fits anywhere: infeasible, keep the best found
-        stuck[2 * over + (compute_over ? 0 : 1)] = 1;
+      if (moves.empty()) {
+        // Nothing fits anywhere: the caps cannot all hold (e.g. fewer blocks than devices need).
+        // Level the load instead, so the worst part ends as low as it can.
+        if (!LevelOut(over, compute_over, emptiest)) stuck[2 * over + (compute_over ? 0 : 1)] = 1;
         continue;
       }
       std::sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) {

@@ -206,13 +206,14 @@ std::vector<int32_t> SolveBuiltin(const Hypergraph& g,
   }
   const size_t top = levels.size();
 
-  // Within the caps first, then the fewest bytes.
+  // Within the caps first (else the lowest worst load), then the fewest bytes.
   std::vector<int32_t> best;
-  std::pair<bool, int64_t> best_score{false, 0};
+  std::pair<double, int64_t> best_score{0, 0};  // (0 within the caps, else the worst load; km1)
+  const auto within = [&] { return best_score.first == 0; };
   const auto keep_better = [&](std::vector<int32_t> part, const Engine& engine) {
-    const std::pair<bool, int64_t> score{engine.WithinCaps(), engine.km1()};
-    if (best.empty() || (score.first && !best_score.first) ||
-        (score.first == best_score.first && score.second < best_score.second)) {
+    const std::pair<double, int64_t> score{engine.WithinCaps() ? 0 : engine.MaxLoad(),
+                                           engine.km1()};
+    if (best.empty() || score < best_score) {
       best = std::move(part);
       best_score = score;
     }
@@ -229,8 +230,7 @@ std::vector<int32_t> SolveBuiltin(const Hypergraph& g,
   for (const Engine::Start& start : starts) {
     // Whole rows within the caps that beat the first start (coarse km1 is what its projection
     // moves on causal masks, at most that on others) beat the row-like starts after it too.
-    if (!best.empty() && !rows.empty() && best_score.first &&
-        rows_km1 <= best_score.second - top_base) {
+    if (!best.empty() && !rows.empty() && within() && rows_km1 <= best_score.second - top_base) {
       break;
     }
     Engine engine(graph_at(top), sequences_at(top), subset_at(top), k, compute_cap, memory_cap,
@@ -264,7 +264,7 @@ std::vector<int32_t> SolveBuiltin(const Hypergraph& g,
     keep_better(stripes.Run(rounds, {.kind = Kind::kStripes}, Engine::kFmPasses), stripes);
   }
   const int64_t multilevel_km1 = best_score.second - TouchedNetWeight(g, subset);
-  if (!rows.empty() && (!best_score.first || static_cast<double>(rows_km1) <=
+  if (!rows.empty() && (!within() || static_cast<double>(rows_km1) <=
                                                  (1 + kRowRefineMargin) *
                                                      static_cast<double>(multilevel_km1))) {
     Engine engine(g, sequence_first_block, subset, k, compute_cap, memory_cap, seed);
