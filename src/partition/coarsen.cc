@@ -9,6 +9,24 @@ namespace dcp::internal {
 
 namespace {
 
+// The coarse vertices' weights (sums of their fine ones) and the coarse subset, once
+// level->coarse_of maps every vertex of `subset`.
+void SumWeights(const Hypergraph& g, const std::vector<int32_t>& subset, CoarseLevel* level) {
+  Hypergraph& c = level->graph;
+  c.compute_weight.assign(c.n_vertices(), 0);
+  c.memory_weight.assign(c.n_vertices(), 0);
+  std::vector<char> in_coarse_subset(c.n_vertices(), 0);
+  for (int32_t v : subset) {
+    const int32_t cv = level->coarse_of[v];
+    c.compute_weight[cv] += g.compute_weight[v];
+    c.memory_weight[cv] += g.memory_weight[v];
+    in_coarse_subset[cv] = 1;
+  }
+  for (int32_t cv = 0; cv < c.n_vertices(); ++cv) {
+    if (in_coarse_subset[cv]) level->subset.push_back(cv);
+  }
+}
+
 // Fills the nets and the incidence of `c` (whose vertex counts are set) from those of `g` under
 // `coarse_of` (fine vertex -> coarse vertex, -1 outside) and `coarse_block` (fine data block ->
 // coarse data block). Nets with the same coarse pins merge (weights add), and nets left with one
@@ -142,19 +160,10 @@ CoarseLevel Coarsen(const Hypergraph& g, const std::vector<int32_t>& sequence_fi
   Hypergraph& c = level.graph;
   c.n_compute = n_coarse_compute;
   c.n_data = n_coarse_data;
-  c.compute_weight.assign(c.n_vertices(), 0);
-  c.memory_weight.assign(c.n_vertices(), 0);
-  std::vector<char> in_coarse_subset(c.n_vertices(), 0);
   for (int32_t v : subset) {
     if (v >= g.n_compute) level.coarse_of[v] = c.n_compute + coarse_block[v - g.n_compute];
-    const int32_t cv = level.coarse_of[v];
-    c.compute_weight[cv] += g.compute_weight[v];
-    c.memory_weight[cv] += g.memory_weight[v];
-    in_coarse_subset[cv] = 1;
   }
-  for (int32_t cv = 0; cv < c.n_vertices(); ++cv) {
-    if (in_coarse_subset[cv]) level.subset.push_back(cv);
-  }
+  SumWeights(g, subset, &level);
 
   ContractNets(g, level.coarse_of, coarse_block, &c);
   return level;
@@ -182,23 +191,14 @@ CoarseLevel ContractRows(const Hypergraph& g, const std::vector<int32_t>& sequen
     if (v < g.n_compute && row_of[v] < 0) level.coarse_of[v] = c.n_compute++;
   }
   c.n_data = g.n_data;
-  c.compute_weight.assign(c.n_vertices(), 0);
-  c.memory_weight.assign(c.n_vertices(), 0);
-  std::vector<char> in_coarse_subset(c.n_vertices(), 0);
   for (int32_t v : subset) {
     if (v >= g.n_compute) {
       level.coarse_of[v] = c.n_compute + (v - g.n_compute);
     } else if (row_of[v] >= 0) {
       level.coarse_of[v] = c.n_compute + row_of[v];
     }
-    const int32_t cv = level.coarse_of[v];
-    c.compute_weight[cv] += g.compute_weight[v];
-    c.memory_weight[cv] += g.memory_weight[v];
-    in_coarse_subset[cv] = 1;
   }
-  for (int32_t cv = 0; cv < c.n_vertices(); ++cv) {
-    if (in_coarse_subset[cv]) level.subset.push_back(cv);
-  }
+  SumWeights(g, subset, &level);
   std::vector<int32_t> same_block(g.n_data);
   for (int32_t b = 0; b < g.n_data; ++b) same_block[b] = b;
   ContractNets(g, level.coarse_of, same_block, &c);

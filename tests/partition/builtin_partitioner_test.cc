@@ -330,21 +330,6 @@ std::vector<int32_t> EveryVertex(const Hypergraph& g) {
   return all;
 }
 
-// km1 of a part per vertex, counted net by net (parts of -1 count for nothing).
-int64_t CountKm1(const Hypergraph& g, const std::vector<int32_t>& part) {
-  int64_t km1 = 0;
-  for (int32_t n = 0; n < g.n_nets(); ++n) {
-    std::vector<int32_t> parts;
-    for (int32_t i = g.net_begin[n]; i < g.net_begin[n + 1]; ++i) {
-      if (part[g.pins[i]] >= 0) parts.push_back(part[g.pins[i]]);
-    }
-    std::sort(parts.begin(), parts.end());
-    parts.erase(std::unique(parts.begin(), parts.end()), parts.end());
-    if (!parts.empty()) km1 += g.net_weight[n] * static_cast<int64_t>(parts.size() - 1);
-  }
-  return km1;
-}
-
 // Every row of a data block of the subset (its tiles of the subset) is one coarse vertex with the
 // data, weights sum, and a projected partition moves exactly what the row hypergraph prices.
 TEST(ContractRows, KeepsEachRowWithItsDataAndPricesProjectedPartitionsExactly) {
@@ -391,7 +376,7 @@ TEST(ContractRows, KeepsEachRowWithItsDataAndPricesProjectedPartitionsExactly) {
     for (int32_t cv : rows.subset) coarse_part[cv] = static_cast<int32_t>(rng() % 4);
     std::vector<int32_t> fine_part(g.n_vertices(), -1);
     for (int32_t v : subset) fine_part[v] = coarse_part[rows.coarse_of[v]];
-    EXPECT_EQ(CountKm1(g, fine_part), CountKm1(c, coarse_part));
+    EXPECT_EQ(Km1(g, fine_part), Km1(c, coarse_part));
   }
 }
 
@@ -418,14 +403,14 @@ TEST(Anneal, StaysWithinTheCapsAndNeverWorsensAndIsDeterministic) {
         1.02 * static_cast<double>(*std::max_element(compute.begin(), compute.end()));
     const double memory_cap =
         1.02 * static_cast<double>(*std::max_element(memory.begin(), memory.end()));
-    const int64_t start = CountKm1(g, part);
+    const int64_t start = Km1(g, part);
     const internal::AnnealOptions options{.steps = 20000, .seed = seed};
     std::vector<int32_t> a = part, b = part;
     const int64_t km1 =
         internal::Anneal(g, EveryVertex(g), k, compute_cap, memory_cap, options, &a);
     internal::Anneal(g, EveryVertex(g), k, compute_cap, memory_cap, options, &b);
     EXPECT_EQ(a, b);
-    EXPECT_EQ(km1, CountKm1(g, a));
+    EXPECT_EQ(km1, Km1(g, a));
     EXPECT_LE(km1, start);
     std::fill(compute.begin(), compute.end(), 0);
     std::fill(memory.begin(), memory.end(), 0);
@@ -457,7 +442,7 @@ TEST(Anneal, FindsThePlacementThatMovesNothing) {
   }
   const double compute_cap = 0.6 * static_cast<double>(compute);
   const double memory_cap = 0.6 * static_cast<double>(memory);
-  ASSERT_GT(CountKm1(rows.graph, part), 0);
+  ASSERT_GT(Km1(rows.graph, part), 0);
   const int64_t km1 = internal::Anneal(rows.graph, rows.subset, 2, compute_cap, memory_cap,
                                        {.steps = 20000, .seed = 1}, &part);
   EXPECT_EQ(km1, 0);
