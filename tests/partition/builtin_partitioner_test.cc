@@ -324,11 +324,6 @@ TEST(PartitionBlocks, MeetsBothCapsAfterUncoarseningOnRandomBatches) {
 namespace dcp {
 namespace {
 
-std::vector<int32_t> EveryVertex(const Hypergraph& g) {
-  std::vector<int32_t> all(g.n_vertices());
-  for (int32_t v = 0; v < g.n_vertices(); ++v) all[v] = v;
-  return all;
-}
 
 // Every row of a data block of the subset (its tiles of the subset) is one coarse vertex with the
 // data, weights sum, and a projected partition moves exactly what the row hypergraph prices.
@@ -407,8 +402,8 @@ TEST(Anneal, StaysWithinTheCapsAndNeverWorsensAndIsDeterministic) {
     const internal::AnnealOptions options{.steps = 20000, .seed = seed};
     std::vector<int32_t> a = part, b = part;
     const int64_t km1 =
-        internal::Anneal(g, EveryVertex(g), k, compute_cap, memory_cap, options, &a);
-    internal::Anneal(g, EveryVertex(g), k, compute_cap, memory_cap, options, &b);
+        internal::Anneal(g, AllVertices(g), k, compute_cap, memory_cap, options, &a);
+    internal::Anneal(g, AllVertices(g), k, compute_cap, memory_cap, options, &b);
     EXPECT_EQ(a, b);
     EXPECT_EQ(km1, Km1(g, a));
     EXPECT_LE(km1, start);
@@ -432,7 +427,7 @@ TEST(Anneal, FindsThePlacementThatMovesNothing) {
   const BlockSet set = Blocks({8192, 8192}, "causal", 1024);
   const Hypergraph g = BuildHypergraph(set);
   const internal::CoarseLevel rows =
-      internal::ContractRows(g, set.sequence_first_block, EveryVertex(g));
+      internal::ContractRows(g, set.sequence_first_block, AllVertices(g));
   std::vector<int32_t> part(rows.graph.n_vertices(), -1);
   int64_t compute = 0, memory = 0;
   for (int32_t v : rows.subset) {

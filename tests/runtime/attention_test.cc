@@ -19,9 +19,12 @@
 #include "dcp/batch.h"
 #include "dcp/mask.h"
 #include "dcp/runtime.h"
+#include "testing/expect_close.h"
 
 namespace dcp {
 namespace {
+
+using testing::ExpectClose;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
@@ -230,30 +233,6 @@ std::vector<float> ToFloats(const std::vector<double>& values) {
   return out;
 }
 
-// Every element within tolerance * (1 + largest |reference|) of the reference; no NaN anywhere.
-void ExpectClose(std::span<const float> actual, std::span<const double> expected, double tolerance,
-                 const std::string& what) {
-  ASSERT_EQ(actual.size(), expected.size()) << what;
-  double largest = 0.0;
-  for (double e : expected) {
-    if (std::isfinite(e)) largest = std::max(largest, std::abs(e));
-  }
-  const double bound = tolerance * (1.0 + largest);
-  int reported = 0;
-  for (size_t i = 0; i < actual.size(); ++i) {
-    ASSERT_FALSE(std::isnan(actual[i])) << what << "[" << i << "] is NaN";
-    if (std::isinf(expected[i])) {
-      EXPECT_EQ(double{actual[i]}, expected[i]) << what << "[" << i << "]";
-      continue;
-    }
-    const double error = std::abs(double{actual[i]} - expected[i]);
-    if (error > bound && reported++ < 5) {
-      ADD_FAILURE() << what << "[" << i << "] = " << actual[i] << ", reference " << expected[i]
-                    << ", error " << error << " > " << bound;
-    }
-  }
-}
-
 double Tolerance(DType dtype) { return dtype == DType::kFloat32 ? 1e-5 : 2e-5; }
 
 // ---------------------------------------------------------------------------------------------
@@ -446,8 +425,8 @@ void CheckForwardMatchesReference(DType dtype, uint64_t first_seed) {
     SCOPED_TRACE(Describe(seed, c));
     const Reference r = ComputeReference(c);
     const Forward f = RunForward(c);
-    ExpectClose(f.o, r.o, Tolerance(dtype), "O");
-    ExpectClose(f.lse, r.lse, Tolerance(dtype), "LSE");
+    ExpectClose(f.o, r.o, "O", Tolerance(dtype));
+    ExpectClose(f.lse, r.lse, "LSE", Tolerance(dtype));
     if (::testing::Test::HasFailure()) return;
   }
 }
@@ -472,8 +451,8 @@ TEST(AttendForward, MergingColumnTilesEqualsOneCallOverTheWholeTile) {
     const Forward whole = RunForward(c);
     for (bool reverse : {false, true}) {
       const Forward split = RunSplitForward(c, cuts, reverse);
-      ExpectClose(split.o, r.o, Tolerance(dtype), reverse ? "O (reversed)" : "O");
-      ExpectClose(split.lse, r.lse, Tolerance(dtype), reverse ? "LSE (reversed)" : "LSE");
+      ExpectClose(split.o, r.o, reverse ? "O (reversed)" : "O", Tolerance(dtype));
+      ExpectClose(split.lse, r.lse, reverse ? "LSE (reversed)" : "LSE", Tolerance(dtype));
       for (size_t i = 0; i < whole.o.size(); ++i) {
         ASSERT_NEAR(split.o[i], whole.o[i], 1e-5f * (1.0f + std::abs(whole.o[i]))) << "O " << i;
       }
@@ -561,8 +540,8 @@ void CheckBackwardMatchesReference(DType dtype, uint64_t first_seed, bool split)
             : std::vector<int64_t>{0, c.shape.kv_tokens};
     const Reference r = ComputeReference(c);
     const Backward b = RunBackward(c, r, row_cuts, col_cuts);
-    ExpectClose(b.dq, r.dq, Tolerance(dtype), "dQ");
-    ExpectClose(b.dkv, r.dkv, Tolerance(dtype), "dKV");
+    ExpectClose(b.dq, r.dq, "dQ", Tolerance(dtype));
+    ExpectClose(b.dkv, r.dkv, "dKV", Tolerance(dtype));
     if (::testing::Test::HasFailure()) return;
   }
 }
@@ -587,8 +566,8 @@ TEST(AttendBackward, FullyMaskedRowsGiveZeroGradients) {
   c.slices = {Slice{.row_begin = 0, .row_end = 1, .lo = {0, 0}, .hi = {1, 0}}};
   const Reference r = ComputeReference(c);
   const Backward b = RunBackward(c, r, {0, c.shape.q_tokens}, {0, c.shape.kv_tokens});
-  ExpectClose(b.dq, r.dq, Tolerance(c.dtype), "dQ");
-  ExpectClose(b.dkv, r.dkv, Tolerance(c.dtype), "dKV");
+  ExpectClose(b.dq, r.dq, "dQ", Tolerance(c.dtype));
+  ExpectClose(b.dkv, r.dkv, "dKV", Tolerance(c.dtype));
   const int64_t row = c.shape.heads * c.shape.head_dim;
   for (size_t i = U(row); i < b.dq.size(); ++i) ASSERT_EQ(b.dq[i], 0.0f) << i;
   const int64_t kv_row = 2 * c.shape.kv_heads * c.shape.head_dim;
