@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The argument checks every Communicator::Launch makes. Internal to src/runtime.
+// The argument checks every Communicator::Launch and Wait makes. Internal to src/runtime.
 #pragma once
 
 #include <fmt/format.h>
@@ -35,6 +35,13 @@ Status CheckPeers(std::string_view communicator, int32_t rank, int32_t size, int
     }
   }
   return Status::Ok();
+}
+
+// What Communicator::Wait returns for an id with no exchange pending.
+inline Status NotLaunched(std::string_view communicator, int32_t rank, int32_t id) {
+  return Status::InvalidArgument(fmt::format(
+      "{} communicator rank {}: Wait(id {}): id {} was never launched (or was already waited on)",
+      communicator, rank, id, id));
 }
 
 }  // namespace dcp::internal

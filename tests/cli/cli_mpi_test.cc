@@ -67,6 +67,15 @@ void ExpectNoSanitizerReport(const CliRun& run) {
   EXPECT_FALSE(Contains(run.err, "runtime error:")) << run.err;
 }
 
+// A job meant to fail: it exits non-zero without a sanitizer report and without hanging (124 is
+// the limit's exit code). Returns the first error line of each of its `ranks` ranks.
+std::vector<std::string> FailedJobErrorLines(const CliRun& run, int ranks) {
+  EXPECT_NE(run.exit_code, 0);
+  ExpectNoSanitizerReport(run);
+  EXPECT_NE(run.exit_code, 124) << "the job hung:\n" << run.err;
+  return ErrorLines(run.err, ranks);
+}
+
 // A small batch: three sequences in 256-token blocks on four devices, 4 query heads of dimension
 // 16 over 2 KV heads (GQA 2) unless `extra` gives --kv-heads. Small, because the dense reference
 // is quadratic and the tests also run under the sanitizers.
@@ -126,10 +135,7 @@ INSTANTIATE_TEST_SUITE_P(
 // Rank 2 breaks down in the middle of a pass: every rank ends with an error naming rank 2.
 void ExpectEveryRankStopsNamingRank2(const std::string& pass) {
   const CliRun r = RunDcpOnRanks(4, SmallBatch({"--fail-rank", "2", "--fail-at", pass}));
-  EXPECT_NE(r.exit_code, 0);
-  ExpectNoSanitizerReport(r);
-  EXPECT_NE(r.exit_code, 124) << "the job hung:\n" << r.err;
-  const std::vector<std::string> lines = ErrorLines(r.err, 4);
+  const std::vector<std::string> lines = FailedJobErrorLines(r, 4);
   for (int rank = 0; rank < 4; ++rank) {
     const std::string& line = lines[static_cast<size_t>(rank)];
     SCOPED_TRACE("rank " + std::to_string(rank) + ": " + line + "\nstderr:\n" + r.err);
@@ -154,10 +160,7 @@ TEST(CliMpi, ARankFailingMidBackwardStopsEveryRankNamingIt) {
 
 TEST(CliMpi, ACorruptPlanPartIsACorruptErrorThatStopsEveryRank) {
   const CliRun r = RunDcpOnRanks(4, SmallBatch({"--fail-rank", "1", "--fail-at", "plan"}));
-  EXPECT_NE(r.exit_code, 0);
-  ExpectNoSanitizerReport(r);
-  EXPECT_NE(r.exit_code, 124) << "the job hung:\n" << r.err;
-  const std::vector<std::string> lines = ErrorLines(r.err, 4);
+  const std::vector<std::string> lines = FailedJobErrorLines(r, 4);
   for (int rank = 0; rank < 4; ++rank) {
     const std::string& line = lines[static_cast<size_t>(rank)];
     SCOPED_TRACE("rank " + std::to_string(rank) + ": " + line + "\nstderr:\n" + r.err);
@@ -177,10 +180,7 @@ TEST(CliMpi, ACorruptPlanPartIsACorruptErrorThatStopsEveryRank) {
 TEST(CliMpi, ARankThatStopsRespondingEndsTheJobAfterTheTimeout) {
   const CliRun r = RunDcpOnRanks(
       4, SmallBatch({"--fail-rank", "2", "--fail-at", "stall", "--comm-timeout", "2"}));
-  EXPECT_NE(r.exit_code, 0);
-  ExpectNoSanitizerReport(r);
-  EXPECT_NE(r.exit_code, 124) << "the job hung:\n" << r.err;
-  const std::vector<std::string> lines = ErrorLines(r.err, 4);
+  const std::vector<std::string> lines = FailedJobErrorLines(r, 4);
   for (int rank : {0, 1, 3}) {
     const std::string& line = lines[static_cast<size_t>(rank)];
     SCOPED_TRACE("rank " + std::to_string(rank) + ": " + line + "\nstderr:\n" + r.err);
@@ -192,9 +192,7 @@ TEST(CliMpi, ARankThatStopsRespondingEndsTheJobAfterTheTimeout) {
 
 TEST(CliMpi, RejectsARankCountOtherThanTheDevicesOnEveryRank) {
   const CliRun r = RunDcpOnRanks(2, SmallBatch({}));
-  EXPECT_NE(r.exit_code, 0);
-  ExpectNoSanitizerReport(r);
-  const std::vector<std::string> lines = ErrorLines(r.err, 2);
+  const std::vector<std::string> lines = FailedJobErrorLines(r, 2);
   for (const std::string& line : lines) {
     EXPECT_TRUE(Contains(line, "InvalidArgument: --comm mpi: the plan is for 4 devices"))
         << line << "\nstderr:\n"

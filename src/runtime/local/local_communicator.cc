@@ -104,12 +104,7 @@ class LocalCommunicator final : public Communicator {
 
   Status Wait(int32_t id) override {
     auto it = pending_.find(id);
-    if (it == pending_.end()) {
-      return Status::InvalidArgument(fmt::format(
-          "local communicator rank {}: Wait(id {}): id {} was never launched (or was already "
-          "waited on)",
-          rank_, id, id));
-    }
+    if (it == pending_.end()) return internal::NotLaunched("local", rank_, id);
     // The exchange is over once Wait returns, whatever the outcome.
     const std::vector<RecvBuffer> recvs = std::move(it->second);
     pending_.erase(it);

@@ -263,12 +263,7 @@ class MpiCommunicator final : public Communicator {
 
   Status Wait(int32_t id) override {
     auto it = pending_.find(id);
-    if (it == pending_.end()) {
-      return Status::InvalidArgument(fmt::format(
-          "mpi communicator rank {}: Wait(id {}): id {} was never launched (or was already "
-          "waited on)",
-          rank_, id, id));
-    }
+    if (it == pending_.end()) return internal::NotLaunched("mpi", rank_, id);
     // The exchange is over once Wait returns, whatever the outcome.
     Exchange x = std::move(it->second);
     pending_.erase(it);
