@@ -17,8 +17,10 @@
 
 namespace dcp {
 
+inline constexpr int32_t kMaxDivisions = 16;
+
 struct ScheduleOptions {
-  // Number of divisions; 0 chooses per batch with the cost model below (1 to 16).
+  // Number of divisions; 0 chooses per batch with the cost model below (1 to kMaxDivisions).
   int32_t divisions = 0;
   // Cost model used only to choose the number of divisions. Defaults: an H100-class device and an
   // 8-GPU node with NVSwitch (450 GB/s per direction per GPU) on a 400 Gbps network (50 GB/s per
@@ -53,6 +55,10 @@ struct Schedule {
   // Backward: partial dKV travels on behind its KV, hop by hop, as ring attention does, instead
   // of going straight to its owner at the end (see CompilePlan).
   bool carry_gradients = false;
+  // Backward: partial dQ and dKV computed on a node other than their owner's are summed on one
+  // device of that node, which sends the sum across the network once (the mirror of the relay
+  // that fetches an input once per node). dcp's schedules set it; static baselines keep theirs.
+  bool reduce_in_node = false;
 };
 
 // REQUIRES: placement covers `blocks` on `topology` (checked: InvalidArgument otherwise).

@@ -161,6 +161,15 @@ struct SimReport {
 Result<SimReport> SimulatePlan(const Plan& plan, const ClusterSpec& cluster,
                                const SimOptions& options = {});
 
+// The schedule of `placement` whose compiled plan `cluster` runs fastest (forward + backward):
+// ScheduleDivisions' own choice and every fixed count from 2 to kMaxDivisions, each compiled and
+// simulated. That cost model sees only the forward inputs; this one sees the whole timeline
+// (backward, partial results going home, rendezvous), at the price of one compile and replay per
+// count. With options.divisions fixed, or nothing needing remote data, it is ScheduleDivisions.
+Result<Schedule> ScheduleBySimulation(const Batch& batch, const BlockSet& blocks,
+                                      const Placement& placement, const Topology& topology,
+                                      const ScheduleOptions& options, const ClusterSpec& cluster);
+
 // Seconds one instruction occupies a compute stream of `device`: the kernel model above for
 // attention, the memory-bound model for reductions and copies, 0 for CommLaunch and CommWait.
 // REQUIRES: the instruction's slots exist in `program` and its compute blocks and their data blocks

@@ -19,6 +19,12 @@
 // in its first A launch after its last tile on the piece and after the previous hop's partial has
 // arrived, the sum of its own partial and the one it received. What is still away from its owner
 // at the end goes home in the output exchange, like every other partial result.
+//
+// With Schedule::reduce_in_node, the backward's partial dQ and dKV of a piece owned on another
+// node travel the same way inside their node: each device of the node that computed one sends it,
+// in its first A launch after its last tile on the piece, to the device of the node whose last
+// tile on it comes latest (the aggregator), which returns the sum to the owner once: an early
+// return after the last contribution has arrived, or in the output exchange.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -110,6 +116,8 @@ class Compiler {
       tiles_[Index(placement.compute_device[c].value, schedule.compute_division[c])].push_back(c);
     }
     if (schedule.carry_gradients) PlanCarries();
+    if (schedule.reduce_in_node) PlanNodeReductions();
+    std::sort(carries_.begin(), carries_.end());
     PlanReturns(Pass::kForward);
     PlanReturns(Pass::kBackward);
   }
@@ -161,7 +169,10 @@ class Compiler {
     for (auto& [peer, list] : recvs) launch.recvs.push_back(std::move(list));
     st.builder.Emit(std::move(launch));
   }
+  // (device, key) -> the division of the device's last tile adding to the key's partial.
+  std::map<std::pair<int32_t, Key>, int32_t> LastTiles(Pass pass) const;
   void PlanCarries();
+  void PlanNodeReductions();
   void PlanReturns(Pass pass);
   // The keys of the partial results a tile adds to in `pass`.
   std::vector<Key> ResultKeys(const ComputeBlock& cb, Pass pass) const {
@@ -198,13 +209,8 @@ class Compiler {
   std::vector<Carry> returns_[2];            // per pass, sorted
 };
 
-void Compiler::PlanReturns(Pass pass) {
-  std::set<std::pair<Key, int32_t>> carried;  // (key, device) taking part in a ring of carries
-  for (const Carry& c : carries_) {
-    carried.insert({c.key, c.from});
-    carried.insert({c.key, c.to});
-  }
-  std::map<std::pair<int32_t, Key>, int32_t> last;  // (device, key) -> division of its last tile
+std::map<std::pair<int32_t, Compiler::Key>, int32_t> Compiler::LastTiles(Pass pass) const {
+  std::map<std::pair<int32_t, Key>, int32_t> last;
   for (int32_t c = 0; c < static_cast<int32_t>(blocks_.compute_blocks.size()); ++c) {
     const int32_t device = placement_.compute_device[c].value;
     for (const Key& key : ResultKeys(blocks_.compute_blocks[c], pass)) {
@@ -212,15 +218,60 @@ void Compiler::PlanReturns(Pass pass) {
       division = std::max(division, schedule_.compute_division[c]);
     }
   }
+  return last;
+}
+
+// A device returns a partial early when it computed or received one and does not carry it on:
+// in the first A launch after its last tile on the piece and after the last carry into it (a
+// carry launched at division t has arrived when t's compute is done). A ring's devices keep what
+// they received to the end, as ring attention does.
+void Compiler::PlanReturns(Pass pass) {
+  std::map<std::pair<int32_t, Key>, int32_t> ready = LastTiles(pass);
+  std::set<std::pair<Key, int32_t>> carrying;  // (key, device) sending its partial on
+  if (pass == Pass::kBackward) {
+    for (const Carry& c : carries_) {
+      carrying.insert({c.key, c.from});
+      if (schedule_.carry_gradients) carrying.insert({c.key, c.to});
+      int32_t& division = ready.try_emplace({c.to, c.key}, -1).first->second;
+      division = std::max(division, c.division);
+    }
+  }
   std::vector<Carry>& returns = returns_[static_cast<int>(pass)];
-  for (const auto& [where, division] : last) {
+  for (const auto& [where, division] : ready) {
     const auto& [device, key] = where;
     const int32_t owner = Owner(DataBlockId{key.block});
     if (owner == device || division + 1 >= schedule_.n_divisions) continue;
-    if (pass == Pass::kBackward && carried.contains({key, device})) continue;
+    if (carrying.contains({key, device})) continue;
     returns.push_back({division + 1, device, owner, key});
   }
   std::sort(returns.begin(), returns.end());
+}
+
+// Per piece and node away from its owner: among the devices of the node returning a partial of the
+// piece early, the one whose last tile on it comes latest is the aggregator; each other device
+// whose partial can reach the aggregator by then sends it there instead of to the owner. So no
+// partial reaches its owner later than it would have, and the piece crosses the network fewer
+// times. Partials of the last division still go straight home in the output exchange.
+void Compiler::PlanNodeReductions() {
+  const int32_t last_launch = schedule_.n_divisions - 1;  // A launches happen at 0 .. n - 1
+  std::map<std::pair<Key, int32_t>, std::vector<std::pair<int32_t, int32_t>>> groups;
+  for (const auto& [where, division] : LastTiles(Pass::kBackward)) {
+    const auto& [device, key] = where;
+    const int32_t node = topology_.NodeOf(DeviceId{device});
+    if (division + 1 > last_launch) continue;  // returned in the output exchange
+    if (node == topology_.NodeOf(DeviceId{Owner(DataBlockId{key.block})})) continue;
+    groups[{key, node}].push_back({division, device});
+  }
+  for (auto& [where, contributors] : groups) {
+    // (last division, device) pairs: the latest division, the lowest device among equals.
+    const auto [latest, aggregator] = *std::max_element(
+        contributors.begin(), contributors.end(), [](const auto& a, const auto& b) {
+          return a.first < b.first || (a.first == b.first && a.second > b.second);
+        });
+    for (const auto& [division, device] : contributors) {
+      if (division + 1 <= latest) carries_.push_back({division + 1, device, aggregator, where.first});
+    }
+  }
 }
 
 void Compiler::PlanCarries() {
@@ -264,7 +315,6 @@ void Compiler::PlanCarries() {
       arrived = ready + 1;
     }
   }
-  std::sort(carries_.begin(), carries_.end());
 }
 
 // One slot with the sum of this device's partial of `key` and the partials carried to it, adding
@@ -334,17 +384,17 @@ void Compiler::Exchange(State& st, DeviceId device, Pass pass, int32_t division,
   }
   if (pass == Pass::kBackward && phase == 0) {
     BlockwiseReduction sums{.kind = ReductionKind::kSum, .ops = {}};
-    const SlotInfo dkv = types_.Of(TensorKind::kDKV, /*accumulator=*/true);
     for (const Carry& c : carries_) {
       if (c.division != division - 1) continue;
+      const SlotInfo partial = types_.Of(c.key.kind, /*accumulator=*/true);
       if (c.from == device.value) {
         const SlotId slot = MergeCarried(st, sums, c.key);
         DCP_CHECK(slot >= 0, "carry of block {} from device {} has no partial", c.key.block,
                   c.from);
-        AddEntry(sends, c.to, slot, dkv, c.key.block);
+        AddEntry(sends, c.to, slot, partial, c.key.block);
       } else if (c.to == device.value) {
-        const SlotId slot = st.builder.NewBuffer(dkv);
-        AddEntry(recvs, c.from, slot, dkv, c.key.block);
+        const SlotId slot = st.builder.NewBuffer(partial);
+        AddEntry(recvs, c.from, slot, partial, c.key.block);
         st.carried[c.key].push_back(slot);
       }
     }
@@ -359,13 +409,16 @@ void Compiler::Exchange(State& st, DeviceId device, Pass pass, int32_t division,
 void Compiler::SendReturns(State& st, DeviceId device, Pass pass, int32_t launch_division,
                            std::map<int32_t, PeerSlots>& sends,
                            std::map<int32_t, PeerSlots>& recvs) const {
+  BlockwiseReduction sums{.kind = ReductionKind::kSum, .ops = {}};
   BlockwiseCopy convert;
   for (const Carry& r : returns_[static_cast<int>(pass)]) {
     if (r.division != launch_division) continue;
     const Key lse_key{r.key.block, r.key.head_group, TensorKind::kLse};
     if (r.from == device.value) {
       const SlotId packed = st.builder.NewBuffer(types_.Of(r.key.kind));
-      convert.ops.emplace_back(st.accumulator.at(r.key), packed);
+      const SlotId partial = r.key.kind == TensorKind::kO ? st.accumulator.at(r.key)
+                                                          : MergeCarried(st, sums, r.key);
+      convert.ops.emplace_back(partial, packed);
       st.accumulator.erase(r.key);
       AddEntry(sends, r.to, packed, types_.Of(r.key.kind), r.key.block);
       if (r.key.kind == TensorKind::kO) {
@@ -383,6 +436,7 @@ void Compiler::SendReturns(State& st, DeviceId device, Pass pass, int32_t launch
       st.returned[r.key].push_back(p);
     }
   }
+  if (!sums.ops.empty()) st.builder.Emit(std::move(sums));
   if (!convert.ops.empty()) st.builder.Emit(std::move(convert));
 }
 
@@ -446,9 +500,6 @@ std::vector<Compiler::Key> Compiler::PartialKeys(int32_t device, Pass pass) cons
       }
     }
   }
-  for (const Carry& r : returns_[static_cast<int>(pass)]) {  // returned early: gone
-    if (r.from == device) std::erase(keys, r.key);
-  }
   if (pass == Pass::kBackward) {  // partials carried here stay, those carried away are gone
     for (const Carry& c : carries_) {
       if (c.to == device) keys.push_back(c.key);
@@ -456,6 +507,9 @@ std::vector<Compiler::Key> Compiler::PartialKeys(int32_t device, Pass pass) cons
     for (const Carry& c : carries_) {
       if (c.from == device) std::erase(keys, c.key);
     }
+  }
+  for (const Carry& r : returns_[static_cast<int>(pass)]) {  // returned early: gone
+    if (r.from == device) std::erase(keys, r.key);
   }
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());

@@ -17,8 +17,6 @@
 namespace dcp {
 namespace {
 
-constexpr int32_t kMaxDivisions = 16;
-
 struct PieceSide {
   int32_t block, head_group;
   Side side;
@@ -316,7 +314,8 @@ Result<Schedule> ScheduleDivisions(const BlockSet& blocks, const Placement& plac
   if (!scheduler.HasRemoteWork()) {
     return Schedule{.n_divisions = std::max(1, options.divisions),
                     .compute_division = std::vector<int32_t>(blocks.compute_blocks.size(), 0),
-                    .transfers = {}};
+                    .transfers = {},
+                    .reduce_in_node = true};
   }
   if (options.divisions == 1) {
     return Status::InvalidArgument(
@@ -331,7 +330,8 @@ Result<Schedule> ScheduleDivisions(const BlockSet& blocks, const Placement& plac
     for (bool hiding : {false, true}) {
       Schedule s{.n_divisions = n,
                  .compute_division = hiding ? scheduler.AssignHiding(n) : scheduler.Assign(n),
-                 .transfers = {}};
+                 .transfers = {},
+                 .reduce_in_node = true};
       s.transfers = scheduler.Route(scheduler.Needs(s.compute_division));
       const double time = scheduler.ModelledTime(s.compute_division, s.transfers, n);
       if (best.compute_division.empty() || time < best_time) {
