@@ -48,9 +48,9 @@ nlohmann::json PassJson(const Plan& plan, const BlockSet& blocks, const Placemen
 }
 
 int Run(const BatchArgs& batch_args, const PlanArgs& args) {
-  Result<ScheduleOptions> schedule_options = ScheduleOptionsFor(args.divisions);
-  if (!schedule_options.ok()) return ReportError(schedule_options.status());
-  Result<PlannedBatch> planned = PlanFromArgs(batch_args, args.placement, *schedule_options);
+  Result<Scheduling> scheduling = SchedulingFor(args.divisions);
+  if (!scheduling.ok()) return ReportError(scheduling.status());
+  Result<PlannedBatch> planned = PlanFromArgs(batch_args, args.placement, *scheduling);
   if (!planned.ok()) return ReportError(planned.status());
   const BlockSet* blocks = &planned->blocks;
   const PartitionResult* placed = &planned->placed;
@@ -128,7 +128,9 @@ CommandRunner AddPlanCommand(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
   AddBatchOptions(*cmd, *batch_args);
   AddPlacementOptions(*cmd, args->placement);
-  cmd->add_option("--divisions", args->divisions, "Number of divisions, or 'auto'")
+  cmd->add_option("--divisions", args->divisions,
+                  "Number of divisions, 'auto' (the scheduler's cost model) or 'search' (simulate "
+                  "every count on the p4de cluster model, keep the fastest)")
       ->capture_default_str();
   cmd->add_option("-o,--output", args->output, "Write the plan to this file");
   cmd->add_flag("--check", args->check, "Validate the plan symbolically");

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 
 #include "cli/batch_args.h"
 #include "dcp/plan.h"
@@ -40,18 +41,24 @@ struct PlannedBatch {
   PlanningTimes ms;
 };
 
-// The scheduler's options from --divisions ("auto" or a number), with its cost model taken from
-// the cluster the plan is for, so divisions are sized for that machine.
-Result<ScheduleOptions> ScheduleOptionsFor(const std::string& divisions,
-                                           const ClusterSpec& cluster = {});
+// How the divisions are chosen: the scheduler's options and, for --divisions search, the cluster
+// on which ScheduleBySimulation replays every division count.
+struct Scheduling {
+  ScheduleOptions options;
+  std::optional<ClusterSpec> search_on;
+};
+
+// Scheduling from --divisions ("auto", "search" or a number), with the scheduler's cost model
+// taken from the cluster the plan is for, so divisions are sized for that machine.
+Result<Scheduling> SchedulingFor(const std::string& divisions, const ClusterSpec& cluster = {});
 
 // Blocks, places, schedules and compiles `batch`, timing each phase.
 Result<PlannedBatch> PlanBatch(Batch batch, const BlockingOptions& blocking,
                                const Topology& topology, const PartitionOptions& partition,
-                               const ScheduleOptions& schedule_options);
+                               const Scheduling& scheduling);
 
 // PlanBatch of the batch and options the command line describes.
 Result<PlannedBatch> PlanFromArgs(const BatchArgs& batch_args, const PlacementArgs& placement,
-                                  const ScheduleOptions& schedule);
+                                  const Scheduling& scheduling);
 
 }  // namespace dcp::cli

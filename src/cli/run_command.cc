@@ -168,7 +168,8 @@ int CheckAndReport(const RunArgs& args, const Batch& batch, const Plan& plan,
 
 int RunLocal(const BatchArgs& batch_args, const RunArgs& args) {
   Result<PlannedBatch> planned =
-      PlanFromArgs(batch_args, args.placement, ScheduleOptions{.divisions = args.divisions});
+      PlanFromArgs(batch_args, args.placement,
+                     Scheduling{.options = {.divisions = args.divisions}, .search_on = {}});
   if (!planned.ok()) return ReportError(planned.status());
   const Batch& batch = planned->batch;
   const Plan& plan = planned->plan;
@@ -374,7 +375,8 @@ Result<int> RunRankSteps(const BatchArgs& batch_args, const RunArgs& args, Commu
   std::vector<std::string> parts;       // rank 0 only
   if (rank == 0) {
     Result<PlannedBatch> made =
-        PlanFromArgs(batch_args, args.placement, ScheduleOptions{.divisions = args.divisions});
+        PlanFromArgs(batch_args, args.placement,
+                     Scheduling{.options = {.divisions = args.divisions}, .search_on = {}});
     if (!made.ok()) return made.status().WithContext("planning");
     planned.emplace(std::move(made).value());
     ms.plan = planned->ms.total();

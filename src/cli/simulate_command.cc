@@ -86,8 +86,8 @@ Result<Simulated> FromFile(const SimulateArgs& args, const ClusterSpec& cluster)
 
 Result<Simulated> WithDcp(const BatchArgs& batch_args, const SimulateArgs& args,
                           const ClusterSpec& cluster) {
-  DCP_ASSIGN_OR_RETURN(ScheduleOptions schedule, ScheduleOptionsFor(args.divisions, cluster));
-  DCP_ASSIGN_OR_RETURN(PlannedBatch planned, PlanFromArgs(batch_args, args.placement, schedule));
+  DCP_ASSIGN_OR_RETURN(Scheduling scheduling, SchedulingFor(args.divisions, cluster));
+  DCP_ASSIGN_OR_RETURN(PlannedBatch planned, PlanFromArgs(batch_args, args.placement, scheduling));
   Simulated out{.plan = std::move(planned.plan), .planning_ms = planned.ms.total()};
   DCP_ASSIGN_OR_RETURN(out.report,
                        Simulate(out.plan, cluster, !args.trace.empty(), &out.simulation_ms));
@@ -274,7 +274,9 @@ CommandRunner AddSimulateCommand(CLI::App& app) {
   auto args = std::make_shared<SimulateArgs>();
   AddBatchOptions(*cmd, *batch_args);
   AddPlacementOptions(*cmd, args->placement);
-  cmd->add_option("--divisions", args->divisions, "Number of divisions for dcp, or 'auto'")
+  cmd->add_option("--divisions", args->divisions,
+                  "Number of divisions for dcp, 'auto' (the scheduler's cost model) or 'search' "
+                  "(simulate every count on --cluster, keep the fastest)")
       ->capture_default_str();
   cmd->add_option("--plan", args->plan_file,
                   "Simulate this plan file (written by `dcp plan -o`) instead of planning");

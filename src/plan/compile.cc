@@ -8,7 +8,8 @@
 // A(t) carries the phase-0 transfers of division t (owners and relays that already hold the
 // data), B(t) the phase-1 ones (relays forwarding what they received in A(t)). Launch ids: A(t) is
 // 2t - 1, B(t) is 2t, the output exchange 2n + 1 for n divisions. A(n), at the last division,
-// exists only for the early returns and carried gradients below.
+// exists only for the early returns and carried gradients below, B(n) after it only for the
+// partials summed inside a node.
 //
 // Early returns: a partial result (O with its LSE, dQ, dKV) computed for another device's piece
 // goes to its owner in the first A launch after the division of its last tile, so it moves while
@@ -21,10 +22,12 @@
 // at the end goes home in the output exchange, like every other partial result.
 //
 // With Schedule::reduce_in_node, the backward's partial dQ and dKV of a piece owned on another
-// node travel the same way inside their node: each device of the node that computed one sends it,
-// in its first A launch after its last tile on the piece, to the device of the node whose last
-// tile on it comes latest (the aggregator), which returns the sum to the owner once: an early
-// return after the last contribution has arrived, or in the output exchange.
+// node cross the network once per node where that costs no time: among the devices of the node
+// with a partial of the piece, the one whose last tile on it comes latest is the aggregator. A
+// device whose last tile comes earlier carries its partial there (an A launch, as a ring hop) and
+// the aggregator returns the sum when it would have returned its own partial. Partials of the
+// aggregator's own division go straight home, except in the last division: those reach the
+// aggregator in B(n), right after it, and the sums cross in the output exchange.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -116,8 +119,7 @@ class Compiler {
       tiles_[Index(placement.compute_device[c].value, schedule.compute_division[c])].push_back(c);
     }
     if (schedule.carry_gradients) PlanCarries();
-    if (schedule.reduce_in_node) PlanNodeReductions();
-    std::sort(carries_.begin(), carries_.end());
+    if (schedule.reduce_in_node) PlanNodeSums();
     PlanReturns(Pass::kForward);
     PlanReturns(Pass::kBackward);
   }
@@ -172,7 +174,7 @@ class Compiler {
   // (device, key) -> the division of the device's last tile adding to the key's partial.
   std::map<std::pair<int32_t, Key>, int32_t> LastTiles(Pass pass) const;
   void PlanCarries();
-  void PlanNodeReductions();
+  void PlanNodeSums();
   void PlanReturns(Pass pass);
   // The keys of the partial results a tile adds to in `pass`.
   std::vector<Key> ResultKeys(const ComputeBlock& cb, Pass pass) const {
@@ -182,6 +184,8 @@ class Compiler {
   }
   void SendReturns(State& st, DeviceId device, Pass pass, int32_t launch_division,
                    std::map<int32_t, PeerSlots>& sends, std::map<int32_t, PeerSlots>& recvs) const;
+  // Whether B(n) follows the last division, for partials summed inside a node.
+  bool SumsAfterLastDivision() const { return !last_sums_.empty(); }
   // Whether the last division launches A(n) for early returns or carries.
   bool LastDivisionLaunches(Pass pass) const {
     const int32_t last = schedule_.n_divisions - 1;
@@ -205,7 +209,8 @@ class Compiler {
   const Topology& topology_;
   SlotTypes types_;
   std::vector<std::vector<int32_t>> tiles_;  // per (device, division): compute blocks
-  std::vector<Carry> carries_;               // sorted
+  std::vector<Carry> carries_;    // sorted: partials sent on in A launches (ring, node sums)
+  std::vector<Carry> last_sums_;  // sorted: last-division partials to their aggregator, in B(n)
   std::vector<Carry> returns_[2];            // per pass, sorted
 };
 
@@ -221,19 +226,16 @@ std::map<std::pair<int32_t, Compiler::Key>, int32_t> Compiler::LastTiles(Pass pa
   return last;
 }
 
-// A device returns a partial early when it computed or received one and does not carry it on:
-// in the first A launch after its last tile on the piece and after the last carry into it (a
-// carry launched at division t has arrived when t's compute is done). A ring's devices keep what
-// they received to the end, as ring attention does.
+// A device returns its partial of a piece early, in the first A launch after its last tile on it,
+// unless it sends it on (to a ring's next hop or its node's aggregator) or takes part in a ring.
+// Partials carried to an aggregator arrive by then.
 void Compiler::PlanReturns(Pass pass) {
   std::map<std::pair<int32_t, Key>, int32_t> ready = LastTiles(pass);
   std::set<std::pair<Key, int32_t>> carrying;  // (key, device) sending its partial on
   if (pass == Pass::kBackward) {
     for (const Carry& c : carries_) {
       carrying.insert({c.key, c.from});
-      if (schedule_.carry_gradients) carrying.insert({c.key, c.to});
-      int32_t& division = ready.try_emplace({c.to, c.key}, -1).first->second;
-      division = std::max(division, c.division);
+      if (schedule_.carry_gradients) carrying.insert({c.key, c.to});  // a ring keeps it
     }
   }
   std::vector<Carry>& returns = returns_[static_cast<int>(pass)];
@@ -247,31 +249,33 @@ void Compiler::PlanReturns(Pass pass) {
   std::sort(returns.begin(), returns.end());
 }
 
-// Per piece and node away from its owner: among the devices of the node returning a partial of the
-// piece early, the one whose last tile on it comes latest is the aggregator; each other device
-// whose partial can reach the aggregator by then sends it there instead of to the owner. So no
-// partial reaches its owner later than it would have, and the piece crosses the network fewer
-// times. Partials of the last division still go straight home in the output exchange.
-void Compiler::PlanNodeReductions() {
-  const int32_t last_launch = schedule_.n_divisions - 1;  // A launches happen at 0 .. n - 1
+void Compiler::PlanNodeSums() {
+  const int32_t last = schedule_.n_divisions - 1;
+  // Per (key, node away from its owner): (division of the last tile, device) of each partial.
   std::map<std::pair<Key, int32_t>, std::vector<std::pair<int32_t, int32_t>>> groups;
   for (const auto& [where, division] : LastTiles(Pass::kBackward)) {
     const auto& [device, key] = where;
     const int32_t node = topology_.NodeOf(DeviceId{device});
-    if (division + 1 > last_launch) continue;  // returned in the output exchange
     if (node == topology_.NodeOf(DeviceId{Owner(DataBlockId{key.block})})) continue;
     groups[{key, node}].push_back({division, device});
   }
-  for (auto& [where, contributors] : groups) {
-    // (last division, device) pairs: the latest division, the lowest device among equals.
+  for (const auto& [where, contributors] : groups) {
+    // The aggregator: the latest last tile, the lowest device among equals.
     const auto [latest, aggregator] = *std::max_element(
         contributors.begin(), contributors.end(), [](const auto& a, const auto& b) {
           return a.first < b.first || (a.first == b.first && a.second > b.second);
         });
     for (const auto& [division, device] : contributors) {
-      if (division + 1 <= latest) carries_.push_back({division + 1, device, aggregator, where.first});
+      if (device == aggregator) continue;
+      if (division < latest) {
+        carries_.push_back({division + 1, device, aggregator, where.first});
+      } else if (division == last) {
+        last_sums_.push_back({division, device, aggregator, where.first});
+      }
     }
   }
+  std::sort(carries_.begin(), carries_.end());
+  std::sort(last_sums_.begin(), last_sums_.end());
 }
 
 void Compiler::PlanCarries() {
@@ -315,6 +319,7 @@ void Compiler::PlanCarries() {
       arrived = ready + 1;
     }
   }
+  std::sort(carries_.begin(), carries_.end());
 }
 
 // One slot with the sum of this device's partial of `key` and the partials carried to it, adding
@@ -382,9 +387,9 @@ void Compiler::Exchange(State& st, DeviceId device, Pass pass, int32_t division,
       }
     }
   }
-  if (pass == Pass::kBackward && phase == 0) {
+  if (pass == Pass::kBackward) {
     BlockwiseReduction sums{.kind = ReductionKind::kSum, .ops = {}};
-    for (const Carry& c : carries_) {
+    for (const Carry& c : phase == 0 ? carries_ : last_sums_) {
       if (c.division != division - 1) continue;
       const SlotInfo partial = types_.Of(c.key.kind, /*accumulator=*/true);
       if (c.from == device.value) {
@@ -501,11 +506,15 @@ std::vector<Compiler::Key> Compiler::PartialKeys(int32_t device, Pass pass) cons
     }
   }
   if (pass == Pass::kBackward) {  // partials carried here stay, those carried away are gone
-    for (const Carry& c : carries_) {
-      if (c.to == device) keys.push_back(c.key);
+    for (const auto* list : {&carries_, &last_sums_}) {
+      for (const Carry& c : *list) {
+        if (c.to == device) keys.push_back(c.key);
+      }
     }
-    for (const Carry& c : carries_) {
-      if (c.from == device) std::erase(keys, c.key);
+    for (const auto* list : {&carries_, &last_sums_}) {
+      for (const Carry& c : *list) {
+        if (c.from == device) std::erase(keys, c.key);
+      }
     }
   }
   for (const Carry& r : returns_[static_cast<int>(pass)]) {  // returned early: gone
@@ -610,6 +619,10 @@ Program Compiler::Build(DeviceId device, Pass pass) const {
     Compute(st, device, pass, t);
     if (launch_a) st.builder.Emit(CommWait{.id = LaunchA(t + 1)});
     if (t + 1 < n) Exchange(st, device, pass, t + 1, 1);
+  }
+  if (pass == Pass::kBackward && SumsAfterLastDivision()) {
+    Exchange(st, device, pass, n, 1);
+    st.builder.Emit(CommWait{.id = LaunchB(n)});
   }
   ReduceOutputs(st, device, pass);
   return st.builder.Finish();

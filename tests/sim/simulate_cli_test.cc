@@ -56,6 +56,14 @@ TEST(CliSimulate, SimulatesDcpOnASmallBatchAsJson) {
   EXPECT_EQ(j.value("topology", ""), "2x8");
 }
 
+// --divisions search simulates every count and keeps the fastest: never slower than auto.
+TEST(CliSimulate, DivisionSearchIsNeverSlowerThanTheCostModel) {
+  const nlohmann::json searched = ParseJson(RunDcp(SmallBatch({"--divisions", "search", "--json"})));
+  const nlohmann::json model = ParseJson(RunDcp(SmallBatch({"--json"})));
+  ExpectSimulated(searched, "dcp");
+  EXPECT_LE(searched.value("total_ms", 1e9), model.value("total_ms", 0.0));
+}
+
 TEST(CliSimulate, SimulatesRingOnTheSameBatch) {
   const CliRun run = RunDcp(SmallBatch({"--strategy", "ring", "--json"}));
   const nlohmann::json j = ParseJson(run);

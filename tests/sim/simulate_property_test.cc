@@ -97,6 +97,57 @@ TEST(SimulatePlan, InvariantsHoldOnRandomPlans) {
   }
 }
 
+// Seconds of forward + backward of `batch` on `cluster` with the schedule from ScheduleDivisions
+// (search = false) or ScheduleBySimulation, and whether the two schedules are the same.
+struct Scheduled {
+  double model_s = 0, searched_s = 0;
+  bool same = false;
+};
+Scheduled CompareSchedules(const Batch& batch, int64_t block_size, int64_t head_groups,
+                           const Topology& topology, int32_t divisions) {
+  const BlockSet blocks = *MakeBlocks(batch, {.block_size = block_size, .head_groups = head_groups});
+  const Placement placement = PartitionBlocks(blocks, topology, {})->placement;
+  ClusterSpec cluster;
+  cluster.devices_per_node = topology.devices_per_node;
+  const ScheduleOptions options{.divisions = divisions};
+  const Result<Schedule> model = ScheduleDivisions(blocks, placement, topology, options);
+  const Result<Schedule> searched =
+      ScheduleBySimulation(batch, blocks, placement, topology, options, cluster);
+  EXPECT_TRUE(model.ok() && searched.ok()) << searched.status().ToString();
+  const auto seconds = [&](const Schedule& schedule) {
+    const Plan plan = *CompilePlan(batch, blocks, placement, schedule, topology);
+    EXPECT_TRUE(ValidatePlan(plan).ok());
+    return SimulatePlan(plan, cluster)->total_s();
+  };
+  return Scheduled{.model_s = seconds(*model),
+                   .searched_s = seconds(*searched),
+                   .same = model->compute_division == searched->compute_division &&
+                           model->n_divisions == searched->n_divisions};
+}
+
+// The division count chosen by simulation: never slower on the cluster than the scheduler's own
+// choice, the same schedule when the count is fixed, and the plans stay valid.
+TEST(ScheduleBySimulation, IsNeverSlowerThanTheCostModelsChoice) {
+  for (uint64_t seed = 0; seed < testing::RandomCases(40); ++seed) {
+    const RandomCase c = MakeCase(seed);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << ", topology " << c.topology.ToString());
+    const Batch batch = *Batch::Create(c.lengths, {*MaskSpec::Parse(c.mask)},
+                                       AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 64});
+    const Scheduled s = CompareSchedules(batch, c.block_size, c.head_groups, c.topology, c.divisions);
+    EXPECT_LE(s.searched_s, s.model_s);
+    if (c.divisions != 0) {
+      EXPECT_TRUE(s.same);
+    }
+  }
+}
+
+// A batch where the cost model's count (2) is not the fastest: the search finds a faster one.
+TEST(ScheduleBySimulation, FindsAFasterCountThanTheCostModel) {
+  const Batch batch = *Batch::Create({8192, 3000, 1000}, {MaskSpec{}}, AttentionShape{});
+  const Scheduled s = CompareSchedules(batch, 512, 1, Topology{.nodes = 2, .devices_per_node = 8}, 0);
+  EXPECT_LT(s.searched_s, s.model_s);
+}
+
 TEST(SimulatePlan, IsDeterministic) {
   const Result<Plan> plan = CompileCase(MakeCase(11));
   ASSERT_TRUE(plan.ok());
