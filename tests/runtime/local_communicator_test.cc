@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dcp/runtime.h"
+#include "testing/messages.h"
 
 namespace dcp {
 namespace {
@@ -33,23 +34,9 @@ void RunRanks(int32_t size, const std::function<void(int32_t)>& body) {
   for (std::thread& t : threads) t.join();
 }
 
-// The byte at offset i of the message exchange `id` sends from src to dst: the reference every
-// received byte is checked against.
-std::byte ExpectedByte(int32_t id, int32_t src, int32_t dst, size_t i) {
-  return static_cast<std::byte>((static_cast<size_t>(id) * 131 + static_cast<size_t>(src) * 31 +
-                                 static_cast<size_t>(dst) * 7 + i * 13 + 5) &
-                                0xff);
-}
-
-std::vector<std::byte> ExpectedMessage(int32_t id, int32_t src, int32_t dst, size_t bytes) {
-  std::vector<std::byte> out(bytes);
-  for (size_t i = 0; i < bytes; ++i) out[i] = ExpectedByte(id, src, dst, i);
-  return out;
-}
-
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
+using testing::ExpectedByte;
+using testing::ExpectedMessage;
+using testing::SecondsSince;
 
 TEST(LocalCommunicator, GroupHasOneCommunicatorPerRank) {
   Comms comms = MakeGroup(5, 1.0);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "dcp/runtime.h"
+#include "testing/messages.h"
 
 namespace dcp {
 namespace {
@@ -38,22 +39,9 @@ std::unique_ptr<Communicator> MakeComm(double timeout_s) {
   return comm.ok() ? std::move(comm).value() : nullptr;
 }
 
-// The byte at offset i of the message exchange `id` sends from src to dst.
-std::byte ExpectedByte(int32_t id, int32_t src, int32_t dst, size_t i) {
-  return static_cast<std::byte>((static_cast<size_t>(id) * 131 + static_cast<size_t>(src) * 31 +
-                                 static_cast<size_t>(dst) * 7 + i * 13 + 5) &
-                                0xff);
-}
-
-std::vector<std::byte> ExpectedMessage(int32_t id, int32_t src, int32_t dst, size_t bytes) {
-  std::vector<std::byte> out(bytes);
-  for (size_t i = 0; i < bytes; ++i) out[i] = ExpectedByte(id, src, dst, i);
-  return out;
-}
-
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
+using testing::ExpectedByte;
+using testing::ExpectedMessage;
+using testing::SecondsSince;
 
 bool Contains(const Status& status, const std::string& part) {
   return status.message().find(part) != std::string::npos;

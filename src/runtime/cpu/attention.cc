@@ -12,6 +12,8 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <vector>
 
 #include "dcp/runtime.h"
@@ -528,20 +530,37 @@ DCP_VECTOR_CLONES void SoftmaxGradients(const RowRanges& rows, int64_t t0, int64
   }
 }
 
+// What both passes set up before their loops: the tile's layout, the column ranges of its rows,
+// K/V in fp32 and this thread's workspace. Empty when the tile allows no (query, key) pair.
+struct TileContext {
+  TileLayout at;
+  RowRanges rows;
+  Workspace& ws;
+  const float* kvf;
+};
+
+std::optional<TileContext> PrepareTile(const std::byte* kv, DType dtype, const TileShape& shape,
+                                       std::span<const Slice> slices) {
+  CheckShape(shape);
+  const std::vector<Slice> relevant = RelevantSlices(slices, shape);
+  if (relevant.empty() || shape.kv_tokens == 0) return std::nullopt;
+  UseSingleThreadedBlas();
+  Workspace& ws = ThreadWorkspace();
+  return TileContext{.at = TileLayout(shape),
+                     .rows = RowRanges(relevant, shape),
+                     .ws = ws,
+                     .kvf = KvAsFloat(kv, dtype, shape, ws)};
+}
+
 }  // namespace
 
 void AttendForward(float* o, float* lse, const std::byte* q, const std::byte* kv, DType dtype,
                    const TileShape& shape, std::span<const Slice> slices, float scale) {
-  CheckShape(shape);
-  const std::vector<Slice> relevant = RelevantSlices(slices, shape);
-  if (relevant.empty() || shape.kv_tokens == 0) return;
-  UseSingleThreadedBlas();
-  const TileLayout at(shape);
+  const std::optional<TileContext> tile = PrepareTile(kv, dtype, shape, slices);
+  if (!tile) return;
+  const auto& [at, rows, ws, kvf] = *tile;
   const int64_t d = shape.head_dim;
   const int64_t ld_kv = at.KvStride();
-  const RowRanges rows(relevant, shape);
-  Workspace& ws = ThreadWorkspace();
-  const float* kvf = KvAsFloat(kv, dtype, shape, ws);
   const int64_t panel_rows = at.ChunkRows();
   float* q_panel = Workspace::Sized(ws.q, panel_rows * d);
   float* o_panel = Workspace::Sized(ws.o, panel_rows * d);
@@ -601,16 +620,11 @@ void AttendForward(float* o, float* lse, const std::byte* q, const std::byte* kv
 void AttendBackward(float* dq, float* dkv, const std::byte* q, const std::byte* kv,
                     const std::byte* d_o, const float* lse, const float* delta, DType dtype,
                     const TileShape& shape, std::span<const Slice> slices, float scale) {
-  CheckShape(shape);
-  const std::vector<Slice> relevant = RelevantSlices(slices, shape);
-  if (relevant.empty() || shape.kv_tokens == 0) return;
-  UseSingleThreadedBlas();
-  const TileLayout at(shape);
+  const std::optional<TileContext> tile = PrepareTile(kv, dtype, shape, slices);
+  if (!tile) return;
+  const auto& [at, rows, ws, kvf] = *tile;
   const int64_t d = shape.head_dim;
   const int64_t ld_kv = at.KvStride();
-  const RowRanges rows(relevant, shape);
-  Workspace& ws = ThreadWorkspace();
-  const float* kvf = KvAsFloat(kv, dtype, shape, ws);
   const int64_t panel_rows = at.ChunkRows();
   float* q_panel = Workspace::Sized(ws.q, panel_rows * d);
   float* do_panel = Workspace::Sized(ws.d_o, panel_rows * d);

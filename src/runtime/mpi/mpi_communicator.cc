@@ -197,6 +197,30 @@ class MpiCommunicator final : public Communicator {
   int32_t rank() const override { return rank_; }
   int32_t size() const override { return size_; }
 
+  // Posts the last buffer of `x` in chunks under the exchange's tag: MPI_Isend to `peer`, or, for
+  // the receive of index `receive` (>= 0), MPI_Irecv from it.
+  Status PostChunks(Exchange& x, int32_t id, int32_t peer, int32_t receive) {
+    const size_t index = x.buffers.size() - 1;
+    Bytes& buffer = x.buffers[index];
+    for (size_t c = 0; c < ChunkCount(buffer.size()); ++c) {
+      MPI_Request& request = x.requests.emplace_back(MPI_REQUEST_NULL);
+      x.request_peer.push_back(peer);
+      x.request_receive.push_back(receive);
+      x.request_buffer.push_back(index);
+      std::byte* chunk = buffer.data() + c * kMaxChunkBytes;
+      const int bytes = ChunkBytes(buffer.size(), c);
+      const int tag = kFirstExchangeTag + id;
+      const int rc = receive < 0 ? MPI_Isend(chunk, bytes, MPI_BYTE, peer, tag, comm_, &request)
+                                 : MPI_Irecv(chunk, bytes, MPI_BYTE, peer, tag, comm_, &request);
+      if (rc != MPI_SUCCESS) {
+        return Status::CommFailure(
+            fmt::format("mpi communicator rank {}: Launch(id {}): {} rank {}: {}", rank_, id,
+                        receive < 0 ? "MPI_Isend to" : "MPI_Irecv from", peer, MpiErrorText(rc)));
+      }
+    }
+    return Status::Ok();
+  }
+
   Status Launch(int32_t id, std::vector<SendBuffer> sends, std::vector<RecvBuffer> recvs) override {
     if (pending_.contains(id)) {
       return Status::InvalidArgument(fmt::format(
@@ -213,45 +237,22 @@ class MpiCommunicator final : public Communicator {
     DCP_RETURN_IF_ERROR(CheckPeers(id, "send", sends));
     DCP_RETURN_IF_ERROR(CheckPeers(id, "recv", recvs));
 
-    const int tag = kFirstExchangeTag + id;
     Exchange x;
     Status status;
     for (const SendBuffer& send : sends) {
+      if (!status.ok()) break;
       Bytes& copy = x.buffers.emplace_back(send.bytes);
       if (send.bytes > 0) std::memcpy(copy.data(), send.data, send.bytes);
-      for (size_t c = 0; c < ChunkCount(send.bytes) && status.ok(); ++c) {
-        MPI_Request& request = x.requests.emplace_back(MPI_REQUEST_NULL);
-        x.request_peer.push_back(send.peer.value);
-        x.request_receive.push_back(-1);
-        x.request_buffer.push_back(x.buffers.size() - 1);
-        const int rc = MPI_Isend(copy.data() + c * kMaxChunkBytes, ChunkBytes(send.bytes, c),
-                                 MPI_BYTE, send.peer.value, tag, comm_, &request);
-        if (rc != MPI_SUCCESS) {
-          status = Status::CommFailure(
-              fmt::format("mpi communicator rank {}: Launch(id {}): MPI_Isend to rank {}: {}",
-                          rank_, id, send.peer.value, MpiErrorText(rc)));
-        }
-      }
+      status = PostChunks(x, id, send.peer.value, /*receive=*/-1);
     }
     for (const RecvBuffer& recv : recvs) {
+      if (!status.ok()) break;
       x.receives.push_back(Exchange::Receive{.peer = recv.peer.value,
                                              .destination = recv.data,
                                              .bytes = recv.bytes,
                                              .buffer = x.buffers.size()});
-      Bytes& buffer = x.buffers.emplace_back(recv.bytes);
-      for (size_t c = 0; c < ChunkCount(recv.bytes) && status.ok(); ++c) {
-        MPI_Request& request = x.requests.emplace_back(MPI_REQUEST_NULL);
-        x.request_peer.push_back(recv.peer.value);
-        x.request_receive.push_back(static_cast<int32_t>(x.receives.size() - 1));
-        x.request_buffer.push_back(x.buffers.size() - 1);
-        const int rc = MPI_Irecv(buffer.data() + c * kMaxChunkBytes, ChunkBytes(recv.bytes, c),
-                                 MPI_BYTE, recv.peer.value, tag, comm_, &request);
-        if (rc != MPI_SUCCESS) {
-          status = Status::CommFailure(
-              fmt::format("mpi communicator rank {}: Launch(id {}): MPI_Irecv from rank {}: {}",
-                          rank_, id, recv.peer.value, MpiErrorText(rc)));
-        }
-      }
+      x.buffers.emplace_back(recv.bytes);
+      status = PostChunks(x, id, recv.peer.value, static_cast<int32_t>(x.receives.size() - 1));
     }
     if (!status.ok()) {
       Abandon(x);
