@@ -3,12 +3,12 @@
 // binary format.
 #include <gtest/gtest.h>
 
-#include <random>
 #include <set>
 #include <tuple>
 
 #include "dcp/plan.h"
 #include "testing/cases.h"
+#include "testing/random_plans.h"
 
 namespace dcp {
 namespace {
@@ -25,58 +25,20 @@ const char* const kMasks[] = {
     R"({"slices":[{"rows":[0,1],"lo":[0,0],"hi":[1,0]}]})",  // only the first row attends
 };
 
-struct RandomCase {
-  std::vector<int64_t> lengths;
-  std::string mask;
-  Topology topology;
-  int64_t block_size = 0;
-  int64_t head_groups = 1;
-  int32_t divisions = 0;
-};
+using testing::RandomPlanCase;
 
-RandomCase MakeCase(uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  RandomCase c;
-  c.block_size = int64_t{64} << (rng() % 6);  // 64 .. 2048
-  const int64_t max_length = std::max<int64_t>(8 * c.block_size, 300);
-  c.lengths.resize(1 + rng() % 5);
-  for (int64_t& l : c.lengths) {
-    const uint64_t kind = rng() % 4;
-    l = kind == 0   ? 1
-        : kind == 1 ? c.block_size * (1 + static_cast<int64_t>(rng() % 4))
-                    : 1 + static_cast<int64_t>(rng() % max_length);
-  }
-  c.mask = kMasks[rng() % std::size(kMasks)];
-  c.topology = Topology{.nodes = 1 + static_cast<int32_t>(rng() % 4),
-                        .devices_per_node = 1 + static_cast<int32_t>(rng() % 8)};
-  c.head_groups = rng() % 3 == 0 ? 2 : 1;
-  c.divisions = rng() % 3 == 0 ? 2 + static_cast<int32_t>(rng() % 4) : 0;
-  return c;
+RandomPlanCase MakeCase(uint64_t seed) {
+  return testing::MakeRandomPlanCase(seed, kMasks, /*block_shifts=*/6,
+                                     AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 8});
 }
 
-Result<Plan> CompileCase(const RandomCase& c, bool reduce_in_node = true) {
-  // Masks with fixed spans need long enough sequences; shorter ones use causal.
-  std::vector<MaskSpec> masks;
-  for (int64_t l : c.lengths) {
-    const bool fits = c.mask[0] != 'd' && c.mask[0] != '{' ? true : l >= 121;
-    masks.push_back(*MaskSpec::Parse(fits ? c.mask : "causal"));
-  }
-  DCP_ASSIGN_OR_RETURN(
-      Batch batch,
-      Batch::Create(c.lengths, masks, AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 8}));
-  DCP_ASSIGN_OR_RETURN(BlockSet blocks, MakeBlocks(batch, {.block_size = c.block_size,
-                                                           .head_groups = c.head_groups}));
-  DCP_ASSIGN_OR_RETURN(PartitionResult placed, PartitionBlocks(blocks, c.topology, {}));
-  DCP_ASSIGN_OR_RETURN(Schedule schedule,
-                       ScheduleDivisions(blocks, placed.placement, c.topology,
-                                         ScheduleOptions{.divisions = c.divisions}));
-  schedule.reduce_in_node = reduce_in_node;
-  return CompilePlan(batch, blocks, placed.placement, schedule, c.topology);
+Result<Plan> CompileCase(const RandomPlanCase& c, bool reduce_in_node = true) {
+  return testing::CompileRandomPlanCase(c, reduce_in_node);
 }
 
 TEST(CompilePlan, PlansOfRandomBatchesPassTheValidator) {
   for (uint64_t seed = 0; seed < testing::RandomCases(2000); ++seed) {
-    const RandomCase c = MakeCase(seed);
+    const RandomPlanCase c = MakeCase(seed);
     SCOPED_TRACE(::testing::Message() << "seed " << seed << ", topology " << c.topology.ToString()
                                       << ", block " << c.block_size << ", mask " << c.mask);
     Result<Plan> plan = CompileCase(c);
@@ -108,7 +70,7 @@ TEST(CompilePlan, PlansRoundTripThroughTheBinaryFormat) {
 TEST(CompilePlan, SumsPartialResultsInsideANodeBeforeTheyCrossTheNetwork) {
   int64_t saved = 0;
   for (uint64_t seed = 0; seed < testing::RandomCases(300); ++seed) {
-    const RandomCase c = MakeCase(seed);
+    const RandomPlanCase c = MakeCase(seed);
     SCOPED_TRACE(::testing::Message() << "seed " << seed << ", topology " << c.topology.ToString());
     Result<Plan> reduced = CompileCase(c), direct = CompileCase(c, /*reduce_in_node=*/false);
     ASSERT_TRUE(reduced.ok() && direct.ok());
@@ -124,7 +86,7 @@ TEST(CompilePlan, SumsPartialResultsInsideANodeBeforeTheyCrossTheNetwork) {
 }
 
 TEST(CompilePlan, IsDeterministic) {
-  const RandomCase c = MakeCase(7);
+  const RandomPlanCase c = MakeCase(7);
   Result<Plan> a = CompileCase(c), b = CompileCase(c);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_TRUE(*a == *b);
@@ -173,7 +135,7 @@ namespace {
 TEST(ScheduleDivisions, CrossesTheNetworkOncePerPieceAndNode) {
   for (uint64_t seed = 0; seed < 50; ++seed) {
     SCOPED_TRACE(seed);
-    const RandomCase c = MakeCase(seed);
+    const RandomPlanCase c = MakeCase(seed);
     auto batch = Batch::Create(c.lengths, {MaskSpec{}},
                                AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 8});
     auto blocks = MakeBlocks(*batch, {.block_size = c.block_size});

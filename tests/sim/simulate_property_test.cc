@@ -7,6 +7,7 @@
 
 #include "dcp/sim.h"
 #include "testing/cases.h"
+#include "testing/random_plans.h"
 
 namespace dcp {
 namespace {
@@ -18,46 +19,18 @@ const char* const kMasks[] = {"causal",
                               "causal-blockwise:block=64,local=2",
                               "shared-question:question=0.3,answers=3"};
 
-struct RandomCase {
-  std::vector<int64_t> lengths;
-  std::string mask;
-  Topology topology;
-  int64_t block_size = 0;
-  int64_t head_groups = 1;
-  int32_t divisions = 0;
-};
+using testing::RandomPlanCase;
 
-RandomCase MakeCase(uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  RandomCase c;
-  c.block_size = int64_t{64} << (rng() % 5);  // 64 .. 1024
-  const int64_t max_length = std::max<int64_t>(8 * c.block_size, 300);
-  c.lengths.resize(1 + rng() % 5);
-  for (int64_t& l : c.lengths) l = 1 + static_cast<int64_t>(rng() % max_length);
-  c.mask = kMasks[rng() % std::size(kMasks)];
-  c.topology = Topology{.nodes = 1 + static_cast<int32_t>(rng() % 4),
-                        .devices_per_node = 1 + static_cast<int32_t>(rng() % 8)};
-  c.head_groups = rng() % 3 == 0 ? 2 : 1;
-  c.divisions = rng() % 3 == 0 ? 2 + static_cast<int32_t>(rng() % 4) : 0;
-  return c;
+RandomPlanCase MakeCase(uint64_t seed) {
+  return testing::MakeRandomPlanCase(seed, kMasks, /*block_shifts=*/5,
+                                     AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 64});
 }
 
-Result<Plan> CompileCase(const RandomCase& c) {
-  DCP_ASSIGN_OR_RETURN(Batch batch,
-                       Batch::Create(c.lengths, {*MaskSpec::Parse(c.mask)},
-                                     AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 64}));
-  DCP_ASSIGN_OR_RETURN(BlockSet blocks, MakeBlocks(batch, {.block_size = c.block_size,
-                                                           .head_groups = c.head_groups}));
-  DCP_ASSIGN_OR_RETURN(PartitionResult placed, PartitionBlocks(blocks, c.topology, {}));
-  DCP_ASSIGN_OR_RETURN(Schedule schedule,
-                       ScheduleDivisions(blocks, placed.placement, c.topology,
-                                         ScheduleOptions{.divisions = c.divisions}));
-  return CompilePlan(batch, blocks, placed.placement, schedule, c.topology);
-}
+Result<Plan> CompileCase(const RandomPlanCase& c) { return testing::CompileRandomPlanCase(c); }
 
 TEST(SimulatePlan, InvariantsHoldOnRandomPlans) {
   for (uint64_t seed = 0; seed < testing::RandomCases(150); ++seed) {
-    const RandomCase c = MakeCase(seed);
+    const RandomPlanCase c = MakeCase(seed);
     SCOPED_TRACE(::testing::Message() << "seed " << seed << ", topology " << c.topology.ToString()
                                       << ", block " << c.block_size << ", mask " << c.mask);
     Result<Plan> plan = CompileCase(c);
@@ -88,8 +61,7 @@ TEST(SimulatePlan, InvariantsHoldOnRandomPlans) {
       EXPECT_EQ(p.total.bytes_sent_intra_node, t.bytes_intra_node);
     }
     // The FLOPs the devices compute are the batch's.
-    const Batch batch = *Batch::Create(c.lengths, {*MaskSpec::Parse(c.mask)},
-                                       AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 64});
+    const Batch batch = *c.MakeBatch();
     const BlockSet blocks =
         *MakeBlocks(batch, {.block_size = c.block_size, .head_groups = c.head_groups});
     EXPECT_EQ(report->forward.total.attention_flops, blocks.flops_fwd);
@@ -129,10 +101,9 @@ Scheduled CompareSchedules(const Batch& batch, int64_t block_size, int64_t head_
 // choice, the same schedule when the count is fixed, and the plans stay valid.
 TEST(ScheduleBySimulation, IsNeverSlowerThanTheCostModelsChoice) {
   for (uint64_t seed = 0; seed < testing::RandomCases(40); ++seed) {
-    const RandomCase c = MakeCase(seed);
+    const RandomPlanCase c = MakeCase(seed);
     SCOPED_TRACE(::testing::Message() << "seed " << seed << ", topology " << c.topology.ToString());
-    const Batch batch = *Batch::Create(c.lengths, {*MaskSpec::Parse(c.mask)},
-                                       AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 64});
+    const Batch batch = *c.MakeBatch();
     const Scheduled s = CompareSchedules(batch, c.block_size, c.head_groups, c.topology, c.divisions);
     EXPECT_LE(s.searched_s, s.model_s);
     if (c.divisions != 0) {
@@ -171,7 +142,7 @@ namespace {
 TEST(SimulatePlan, NeverHangsOnDamagedPlans) {
   int errors = 0;
   for (uint64_t seed = 0; seed < testing::RandomCases(200); ++seed) {
-    const RandomCase c = MakeCase(seed);
+    const RandomPlanCase c = MakeCase(seed);
     Result<Plan> plan = CompileCase(c);
     ASSERT_TRUE(plan.ok());
     std::mt19937_64 rng(seed);
