@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <limits>
 #include <map>
-#include <tuple>
 
 #include "cli/batch_args.h"
 #include "cli/commands.h"
@@ -62,11 +61,12 @@ Result<Measured> Simulate(const Plan& plan, const ClusterSpec& cluster) {
                   MeasureTraffic(plan, Pass::kBackward)};
 }
 
-// Compute tolerances dcp's search tries: (per device, per node).
+// Compute tolerances dcp's search tries, (per device, per node): the paper's defaults, two tighter
+// pairs, and devices levelled tightly inside nodes that may differ more.
 struct Tolerances {
   double compute, inter;
 };
-constexpr Tolerances kTolerances[] = {{0.1, 0.4}, {0.1, 0.1}, {0.05, 0.05}};
+constexpr Tolerances kTolerances[] = {{0.1, 0.4}, {0.1, 0.1}, {0.05, 0.05}, {0.01, 0.05}};
 
 Result<Plan> PlanDcp(const Batch& batch, const Topology& topology, int64_t block_size,
                      Tolerances eps, const Scheduling& scheduling) {
@@ -98,23 +98,19 @@ Result<Best> RunStrategy(Strategy strategy, const Batch& batch, const Topology& 
                          const ClusterSpec& cluster) {
   Best best;
   if (strategy == Strategy::kDcp) {
-    // The paper's search over block sizes and tolerances, scheduled by the scheduler's cost model;
-    // then the fastest variant's division count searched by simulation (searching it for every
-    // variant costs about ten times the whole search).
-    DCP_ASSIGN_OR_RETURN(const Scheduling model, SchedulingFor("auto", cluster));
-    DCP_ASSIGN_OR_RETURN(const Scheduling simulated, SchedulingFor("search", cluster));
-    int64_t best_block = 0;
-    Tolerances best_eps{};
+    // The paper's search over block sizes, with tolerances, each variant's division count chosen
+    // by simulating every count (ScheduleBySimulation).
+    DCP_ASSIGN_OR_RETURN(const Scheduling scheduling, SchedulingFor("search", cluster));
     for (int64_t block_size : {512, 1024, 2048, 4096}) {
       for (Tolerances eps : kTolerances) {
-        const std::string choice = fmt::format("{}:{}/{}", block_size, eps.compute, eps.inter);
-        DCP_RETURN_IF_ERROR(
-            Consider(best, PlanDcp(batch, topology, block_size, eps, model), cluster, choice));
-        if (best.choice == choice) std::tie(best_block, best_eps) = std::tuple(block_size, eps);
+        Result<Plan> plan = PlanDcp(batch, topology, block_size, eps, scheduling);
+        const std::string choice =
+            plan.ok() ? fmt::format("{}:{}/{}:{}", block_size, eps.compute, eps.inter,
+                                    plan->n_divisions)
+                      : "";
+        DCP_RETURN_IF_ERROR(Consider(best, std::move(plan), cluster, choice));
       }
     }
-    DCP_RETURN_IF_ERROR(Consider(best, PlanDcp(batch, topology, best_block, best_eps, simulated),
-                                 cluster, best.choice + "+search"));
     return best;
   }
   if (strategy == Strategy::kLoongTrain) {
