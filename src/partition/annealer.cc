@@ -5,48 +5,34 @@
 #include <cmath>
 #include <random>
 
+#include "partition/partition_state.h"
+
 namespace dcp::internal {
 namespace {
 
-// The partition with its loads and pin counts, kept current move by move.
-class AnnealState {
+// The partition of the subset (vertices outside it keep their labels and count in nothing), with
+// the annealer's moves: MayChange, SwapDelta and Move.
+class AnnealState : public PartitionState {
  public:
   AnnealState(const Hypergraph& g, const std::vector<int32_t>& subset,
               const std::vector<int32_t>& part, int32_t k, double compute_cap, double memory_cap)
-      : g_(g),
-        k_(k),
-        compute_cap_(compute_cap),
-        memory_cap_(memory_cap),
-        part_(part),
-        compute_(k, 0),
-        memory_(k, 0),
-        pin_count_(static_cast<size_t>(g.n_nets()) * k, 0) {
+      : PartitionState(g, k, compute_cap, memory_cap, part) {
     std::vector<char> counted(g.n_nets(), 0);
     for (int32_t v : subset) {
-      Add(v, part_[v]);
+      Assign(v, part_[v]);
       for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
         const int32_t n = g_.incident[i];
         if (!counted[n]) {
           counted[n] = 1;
-          km1_ -= g_.net_weight[n];  // a net on one part moves nothing
+          touched_weight_ += g_.net_weight[n];  // a net on one part moves nothing
         }
       }
     }
   }
 
-  int64_t km1() const { return km1_; }
+  int64_t km1() const { return connectivity_ - touched_weight_; }
   const std::vector<int32_t>& part() const { return part_; }
   int32_t part_of(int32_t v) const { return part_[v]; }
-
-  bool WithinCaps() const {
-    for (int32_t p = 0; p < k_; ++p) {
-      if (static_cast<double>(compute_[p]) > compute_cap_ ||
-          static_cast<double>(memory_[p]) > memory_cap_) {
-        return false;
-      }
-    }
-    return true;
-  }
 
   // Whether part p may change its load by the given amounts: it ends within the caps, or no
   // further over a cap than it already was.
@@ -58,17 +44,7 @@ class AnnealState {
            ok(memory_[p], memory_change, memory_cap_);
   }
 
-  // The km1 change that moving v to part `to` would make.
-  int64_t MoveDelta(int32_t v, int32_t to) const {
-    const int32_t from = part_[v];
-    int64_t delta = 0;
-    for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
-      const int32_t n = g_.incident[i];
-      if (pin_count_[Slot(n, from)] == 1) delta -= g_.net_weight[n];
-      if (pin_count_[Slot(n, to)] == 0) delta += g_.net_weight[n];
-    }
-    return delta;
-  }
+  using PartitionState::MoveDelta;
 
   // The km1 change that swapping u and v (on different parts) would make. A net holding both
   // keeps its pin counts on both parts, so the two single-move deltas are corrected for it.
@@ -88,42 +64,16 @@ class AnnealState {
     return delta;
   }
 
-  // Moves v to part `to`; returns the km1 change.
-  int64_t Move(int32_t v, int32_t to) {
-    const int64_t before = km1_;
-    Remove(v);
-    Add(v, to);
-    return km1_ - before;
+  // Moves v to part `to`.
+  void Move(int32_t v, int32_t to) {
+    Unassign(v);
+    Assign(v, to);
   }
 
  private:
-  void Add(int32_t v, int32_t p) {
-    part_[v] = p;
-    compute_[p] += g_.compute_weight[v];
-    memory_[p] += g_.memory_weight[v];
-    for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
-      if (pin_count_[Slot(g_.incident[i], p)]++ == 0) km1_ += g_.net_weight[g_.incident[i]];
-    }
-  }
-  void Remove(int32_t v) {
-    const int32_t p = part_[v];
-    compute_[p] -= g_.compute_weight[v];
-    memory_[p] -= g_.memory_weight[v];
-    for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
-      if (--pin_count_[Slot(g_.incident[i], p)] == 0) km1_ -= g_.net_weight[g_.incident[i]];
-    }
-  }
-  size_t Slot(int32_t n, int32_t p) const { return static_cast<size_t>(n) * k_ + p; }
-
-  const Hypergraph& g_;
-  int32_t k_;
-  double compute_cap_, memory_cap_;
-  std::vector<int32_t> part_;
-  std::vector<int64_t> compute_, memory_;
-  std::vector<int32_t> pin_count_;
+  int64_t touched_weight_ = 0;  // of the nets the subset touches
   std::vector<int64_t> stamp_ = std::vector<int64_t>(g_.n_nets(), 0);  // SwapDelta's marks
   int64_t stamp_now_ = 0;
-  int64_t km1_ = 0;
 };
 
 }  // namespace

@@ -17,30 +17,21 @@
 #include <vector>
 
 #include "dcp/partition.h"
+#include "partition/partition_state.h"
 
 namespace dcp::internal {
 
 // One k-way problem: the vertices of `subset` into parts 0..k-1 under per-part caps.
-class KwayPartitioner {
+class KwayPartitioner : public PartitionState {
  public:
   KwayPartitioner(const Hypergraph& g, const std::vector<int32_t>& sequence_first_block,
                   std::vector<int32_t> subset, int32_t k, double compute_cap, double memory_cap,
                   uint64_t seed)
-      : g_(g),
+      : PartitionState(g, k, compute_cap, memory_cap, std::vector<int32_t>(g.n_vertices(), -1)),
         sequence_first_block_(sequence_first_block),
         subset_(std::move(subset)),
-        k_(k),
-        compute_cap_(compute_cap),
-        memory_cap_(memory_cap),
         rng_(seed),
-        part_(g.n_vertices(), -1),
-        in_subset_(g.n_vertices(), 0),
-        compute_(k, 0),
-        memory_(k, 0),
-        pin_count_(static_cast<size_t>(g.n_nets()) * k, 0),
-        parts_of_net_(pin_count_.size(), 0),
-        index_in_net_(pin_count_.size(), 0),
-        n_parts_of_net_(g.n_nets(), 0) {
+        in_subset_(g.n_vertices(), 0) {
     for (int32_t v : subset_) {
       in_subset_[v] = 1;
       if (v >= g.n_compute) data_vertices_.push_back(v);
@@ -93,26 +84,8 @@ class KwayPartitioner {
     return part_;
   }
 
-  int64_t km1() const { return km1_; }
-  // The largest load of a part relative to its cap, over both constraints (<= 1 within the caps).
-  double MaxLoad() const {
-    double most = 0;
-    for (int32_t p = 0; p < k_; ++p) {
-      most = std::max({most, static_cast<double>(compute_[p]) / compute_cap_,
-                       static_cast<double>(memory_[p]) / memory_cap_});
-    }
-    return most;
-  }
-  // Whether every part is within both caps.
-  bool WithinCaps() const {
-    for (int32_t p = 0; p < k_; ++p) {
-      if (static_cast<double>(compute_[p]) > compute_cap_ ||
-          static_cast<double>(memory_[p]) > memory_cap_) {
-        return false;
-      }
-    }
-    return true;
-  }
+  // The connectivity sum (km1 plus the weight of the nets the subset touches).
+  int64_t km1() const { return connectivity_; }
 
  private:
   bool IsCompute(int32_t v) const { return v < g_.n_compute; }
@@ -127,48 +100,6 @@ class KwayPartitioner {
   bool Fits(int32_t p, int64_t compute, int64_t memory) const {
     return (compute == 0 || static_cast<double>(compute_[p] + compute) <= compute_cap_) &&
            (memory == 0 || static_cast<double>(memory_[p] + memory) <= memory_cap_);
-  }
-
-  void Assign(int32_t v, int32_t p) {
-    part_[v] = p;
-    compute_[p] += g_.compute_weight[v];
-    memory_[p] += g_.memory_weight[v];
-    for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
-      const int32_t n = g_.incident[i];
-      if (pin_count_[Slot(n, p)]++ == 0) {
-        km1_ += g_.net_weight[n];
-        index_in_net_[Slot(n, p)] = n_parts_of_net_[n];
-        parts_of_net_[Slot(n, n_parts_of_net_[n]++)] = p;
-      }
-    }
-  }
-  void Unassign(int32_t v) {
-    const int32_t p = part_[v];
-    compute_[p] -= g_.compute_weight[v];
-    memory_[p] -= g_.memory_weight[v];
-    for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
-      const int32_t n = g_.incident[i];
-      if (--pin_count_[Slot(n, p)] == 0) {
-        km1_ -= g_.net_weight[n];
-        const int32_t last = parts_of_net_[Slot(n, --n_parts_of_net_[n])];
-        parts_of_net_[Slot(n, index_in_net_[Slot(n, p)])] = last;
-        index_in_net_[Slot(n, last)] = index_in_net_[Slot(n, p)];
-      }
-    }
-    part_[v] = -1;
-  }
-  size_t Slot(int32_t net, int32_t p) const { return static_cast<size_t>(net) * k_ + p; }
-
-  // km1 change of moving v to `to` (v assigned).
-  int64_t MoveDelta(int32_t v, int32_t to) const {
-    const int32_t from = part_[v];
-    int64_t delta = 0;
-    for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
-      const int32_t n = g_.incident[i];
-      if (pin_count_[Slot(n, from)] == 1) delta -= g_.net_weight[n];
-      if (pin_count_[Slot(n, to)] == 0) delta += g_.net_weight[n];
-    }
-    return delta;
   }
 
   // The compute vertices that read the queries of data vertex d and lie in the subset.
@@ -515,8 +446,8 @@ class KwayPartitioner {
     }
     std::vector<char> locked(g_.n_vertices(), 0);
     std::vector<std::pair<int32_t, int32_t>> moves;  // (vertex, part it left)
-    const int64_t start = km1_;
-    int64_t best = km1_;
+    const int64_t start = connectivity_;
+    int64_t best = connectivity_;
     size_t best_moves = 0;
     int since_best = 0;
     while (!heap.empty() && since_best < kFmPatience) {
@@ -533,8 +464,8 @@ class KwayPartitioner {
       Unassign(v);
       Assign(v, to);
       locked[v] = 1;
-      if (km1_ < best) {
-        best = km1_;
+      if (connectivity_ < best) {
+        best = connectivity_;
         best_moves = moves.size();
         since_best = 0;
       } else {
@@ -615,7 +546,7 @@ class KwayPartitioner {
       }
     }
     if (unit.size() == 1) return false;
-    const int64_t before = km1_;
+    const int64_t before = connectivity_;
     int32_t best = -1;
     int64_t best_km1 = before;
     for (int32_t to : candidates) {
@@ -624,9 +555,9 @@ class KwayPartitioner {
         Unassign(v);
         Assign(v, to);
       }
-      if (km1_ < best_km1) {
+      if (connectivity_ < best_km1) {
         best = to;
-        best_km1 = km1_;
+        best_km1 = connectivity_;
       }
       for (int32_t v : unit) {
         Unassign(v);
@@ -754,28 +685,17 @@ class KwayPartitioner {
     }
   }
 
-  const Hypergraph& g_;
   const std::vector<int32_t>& sequence_first_block_;
   static constexpr int kFmPatience = 100;             // moves without a new best before a pass ends
   static constexpr int32_t kFmNeighbourNetSize = 64;  // nets whose pins get fresh gains on a move
   std::vector<int32_t> subset_;
-  int32_t k_;
-  double compute_cap_, memory_cap_;
   std::mt19937_64 rng_;
-  std::vector<int32_t> part_;
   std::vector<int32_t> part_of_point_ = std::vector<int32_t>(g_.n_vertices(), -1);
   std::vector<char> in_subset_;
   std::vector<int32_t> data_vertices_;  // of the subset
-  std::vector<int64_t> compute_, memory_;
-  std::vector<int32_t> pin_count_;  // per (net, part): pins of the net on the part
-  // Per net, the parts it has pins on: parts_of_net_[Slot(n, 0 .. n_parts_of_net_[n])], with
-  // index_in_net_[Slot(n, p)] the place of p there; kept so that Candidates costs the parts a
-  // vertex's nets span, not k per net.
-  std::vector<int32_t> parts_of_net_, index_in_net_, n_parts_of_net_;
   // Candidates' scratch: seen_[p] == seen_stamp_ when p is already in the list being built.
   mutable std::vector<uint32_t> seen_ = std::vector<uint32_t>(k_, 0);
   mutable uint32_t seen_stamp_ = 1;
-  int64_t km1_ = 0;
 };
 
 }  // namespace dcp::internal

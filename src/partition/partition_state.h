@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: Apache-2.0
+// A k-way partition of a hypergraph's vertices, with what moves and their km1 changes need kept
+// current vertex by vertex: each part's compute and memory load, each net's pins per part and the
+// parts it spans, and the connectivity sum (each net's weight times the parts it spans; km1 is
+// that minus the weight of the nets touched). The k-way engine (kway_partitioner.h) and the
+// annealer (annealer.cc) both work on it. Internal to src/partition.
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include "dcp/partition.h"
+
+namespace dcp::internal {
+
+class PartitionState {
+ public:
+  // Every vertex starts with the label `part` gives it (-1: none) but counts in no load or pin
+  // until it is assigned.
+  PartitionState(const Hypergraph& g, int32_t k, double compute_cap, double memory_cap,
+                 std::vector<int32_t> part)
+      : g_(g),
+        k_(k),
+        compute_cap_(compute_cap),
+        memory_cap_(memory_cap),
+        part_(std::move(part)),
+        compute_(k, 0),
+        memory_(k, 0),
+        pin_count_(static_cast<size_t>(g.n_nets()) * k, 0),
+        parts_of_net_(pin_count_.size(), 0),
+        index_in_net_(pin_count_.size(), 0),
+        n_parts_of_net_(g.n_nets(), 0) {}
+
+  // The largest load of a part relative to its cap, over both constraints (<= 1 within the caps).
+  double MaxLoad() const {
+    double most = 0;
+    for (int32_t p = 0; p < k_; ++p) {
+      most = std::max({most, static_cast<double>(compute_[p]) / compute_cap_,
+                       static_cast<double>(memory_[p]) / memory_cap_});
+    }
+    return most;
+  }
+  // Whether every part is within both caps.
+  bool WithinCaps() const {
+    for (int32_t p = 0; p < k_; ++p) {
+      if (static_cast<double>(compute_[p]) > compute_cap_ ||
+          static_cast<double>(memory_[p]) > memory_cap_) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+ protected:
+  void Assign(int32_t v, int32_t p) {
+    part_[v] = p;
+    compute_[p] += g_.compute_weight[v];
+    memory_[p] += g_.memory_weight[v];
+    for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
+      const int32_t n = g_.incident[i];
+      if (pin_count_[Slot(n, p)]++ == 0) {
+        connectivity_ += g_.net_weight[n];
+        index_in_net_[Slot(n, p)] = n_parts_of_net_[n];
+        parts_of_net_[Slot(n, n_parts_of_net_[n]++)] = p;
+      }
+    }
+  }
+  void Unassign(int32_t v) {
+    const int32_t p = part_[v];
+    compute_[p] -= g_.compute_weight[v];
+    memory_[p] -= g_.memory_weight[v];
+    for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
+      const int32_t n = g_.incident[i];
+      if (--pin_count_[Slot(n, p)] == 0) {
+        connectivity_ -= g_.net_weight[n];
+        const int32_t last = parts_of_net_[Slot(n, --n_parts_of_net_[n])];
+        parts_of_net_[Slot(n, index_in_net_[Slot(n, p)])] = last;
+        index_in_net_[Slot(n, last)] = index_in_net_[Slot(n, p)];
+      }
+    }
+    part_[v] = -1;
+  }
+  size_t Slot(int32_t net, int32_t p) const { return static_cast<size_t>(net) * k_ + p; }
+
+  // The km1 change of moving v (assigned) to part `to`.
+  int64_t MoveDelta(int32_t v, int32_t to) const {
+    const int32_t from = part_[v];
+    int64_t delta = 0;
+    for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
+      const int32_t n = g_.incident[i];
+      if (pin_count_[Slot(n, from)] == 1) delta -= g_.net_weight[n];
+      if (pin_count_[Slot(n, to)] == 0) delta += g_.net_weight[n];
+    }
+    return delta;
+  }
+
+  const Hypergraph& g_;
+  int32_t k_;
+  double compute_cap_, memory_cap_;
+  std::vector<int32_t> part_;
+  std::vector<int64_t> compute_, memory_;
+  std::vector<int32_t> pin_count_;  // per (net, part): pins of the net on the part
+  // Per net, the parts it has pins on: parts_of_net_[Slot(n, 0 .. n_parts_of_net_[n])], with
+  // index_in_net_[Slot(n, p)] the place of p there; kept so that the parts a vertex's nets span
+  // cost their number, not k per net.
+  std::vector<int32_t> parts_of_net_, index_in_net_, n_parts_of_net_;
+  int64_t connectivity_ = 0;  // sum over nets of weight x parts spanned
+};
+
+}  // namespace dcp::internal
