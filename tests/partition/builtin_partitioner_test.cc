@@ -11,6 +11,21 @@
 namespace dcp {
 namespace {
 
+// A random batch's sequence lengths: count.first + rng() % count.choices of them, each
+// unit * (length.first + rng() % length.choices) tokens.
+struct Draw {
+  int64_t first, choices;
+};
+std::vector<int64_t> RandomLengths(std::mt19937_64& rng, Draw count, Draw length,
+                                   int64_t unit = 1) {
+  std::vector<int64_t> lengths(static_cast<size_t>(count.first) +
+                               rng() % static_cast<uint64_t>(count.choices));
+  for (int64_t& l : lengths) {
+    l = unit * (length.first + static_cast<int64_t>(rng() % static_cast<uint64_t>(length.choices)));
+  }
+  return lengths;
+}
+
 BlockSet Blocks(const std::vector<int64_t>& lengths, const char* mask, int64_t block_size) {
   auto batch = Batch::Create(lengths, {*MaskSpec::Parse(mask)},
                              AttentionShape{.heads = 8, .kv_heads = 2, .head_dim = 64});
@@ -24,8 +39,7 @@ TEST(PartitionBlocks, PlacesEveryBlockOnADeviceOfTheTopology) {
   for (uint64_t seed = 0; seed < 20; ++seed) {
     SCOPED_TRACE(seed);
     std::mt19937_64 rng(seed);
-    std::vector<int64_t> lengths(1 + rng() % 6);
-    for (int64_t& l : lengths) l = 1 + static_cast<int64_t>(rng() % 5000);
+    const std::vector<int64_t> lengths = RandomLengths(rng, {1, 6}, {1, 5000});
     const BlockSet set = Blocks(lengths, seed % 2 ? "causal" : "lambda:sink=16,window=700", 256);
     const Topology topology{.nodes = 1 + static_cast<int32_t>(rng() % 3),
                             .devices_per_node = 1 + static_cast<int32_t>(rng() % 4)};
@@ -134,8 +148,7 @@ TEST(PartitionBlocks, HierarchicalCrossesNodesNoMoreThanFlatAtTheSameBalance) {
   for (uint64_t seed = 0; seed < 8; ++seed) {
     SCOPED_TRACE(seed);
     std::mt19937_64 rng(seed);
-    std::vector<int64_t> lengths(2 + rng() % 6);
-    for (int64_t& l : lengths) l = 1024 + static_cast<int64_t>(rng() % 40000);
+    const std::vector<int64_t> lengths = RandomLengths(rng, {2, 6}, {1024, 40000});
     const BlockSet set = Blocks(lengths, seed % 2 ? "causal" : "shared-question", 1024);
     const Topology topology{.nodes = 2 + static_cast<int32_t>(rng() % 3), .devices_per_node = 4};
     const PartitionOptions options{
@@ -207,8 +220,7 @@ TEST(Coarsen, ContractedWeightsSumToTheFineOnes) {
   for (uint64_t seed = 0; seed < 10; ++seed) {
     SCOPED_TRACE(seed);
     std::mt19937_64 rng(seed);
-    std::vector<int64_t> lengths(1 + rng() % 5);
-    for (int64_t& l : lengths) l = 1 + static_cast<int64_t>(rng() % 9000);
+    const std::vector<int64_t> lengths = RandomLengths(rng, {1, 5}, {1, 9000});
     const BlockSet set = Blocks(lengths, seed % 2 ? "causal" : "lambda:sink=16,window=700", 512);
     const Hypergraph g = BuildHypergraph(set);
     const internal::CoarseLevel level =
@@ -236,8 +248,7 @@ TEST(Coarsen, ProjectedPartitionHasTheCoarseKm1OnCausalBatches) {
   for (uint64_t seed = 0; seed < 10; ++seed) {
     SCOPED_TRACE(seed);
     std::mt19937_64 rng(seed);
-    std::vector<int64_t> lengths(1 + rng() % 5);
-    for (int64_t& l : lengths) l = 256 * (1 + static_cast<int64_t>(rng() % 40));
+    const std::vector<int64_t> lengths = RandomLengths(rng, {1, 5}, {1, 40}, 256);
     const BlockSet set = Blocks(lengths, "causal", 256);
     const Hypergraph g = BuildHypergraph(set);
     const internal::CoarseLevel level =
@@ -258,8 +269,7 @@ TEST(Coarsen, ProjectedPartitionNeverMovesMoreThanTheCoarseOne) {
   for (uint64_t seed = 0; seed < 10; ++seed) {
     SCOPED_TRACE(seed);
     std::mt19937_64 rng(seed);
-    std::vector<int64_t> lengths(1 + rng() % 5);
-    for (int64_t& l : lengths) l = 1 + static_cast<int64_t>(rng() % 9000);
+    const std::vector<int64_t> lengths = RandomLengths(rng, {1, 5}, {1, 9000});
     const BlockSet set = Blocks(lengths, "lambda:sink=16,window=700", 256);
     const Hypergraph g = BuildHypergraph(set);
     const internal::CoarseLevel level =
@@ -305,8 +315,7 @@ TEST(PartitionBlocks, MeetsBothCapsAfterUncoarseningOnRandomBatches) {
   for (uint64_t seed = 0; seed < 12; ++seed) {
     SCOPED_TRACE(seed);
     std::mt19937_64 rng(seed);
-    std::vector<int64_t> lengths(2 + rng() % 6);
-    for (int64_t& l : lengths) l = 1024 * (4 + static_cast<int64_t>(rng() % 60));
+    const std::vector<int64_t> lengths = RandomLengths(rng, {2, 6}, {4, 60}, 1024);
     const BlockSet set = Blocks(lengths, seed % 3 ? "causal" : "lambda:sink=64,window=4096", 512);
     const Topology topology{.nodes = 1, .devices_per_node = 2 + static_cast<int32_t>(rng() % 7)};
     const PartitionOptions options{.eps_compute = 0.05, .eps_memory = 0.05, .seed = seed};
@@ -331,8 +340,7 @@ TEST(ContractRows, KeepsEachRowWithItsDataAndPricesProjectedPartitionsExactly) {
   for (uint64_t seed = 0; seed < 12; ++seed) {
     SCOPED_TRACE(seed);
     std::mt19937_64 rng(seed);
-    std::vector<int64_t> lengths(1 + rng() % 5);
-    for (int64_t& l : lengths) l = 1 + static_cast<int64_t>(rng() % 9000);
+    const std::vector<int64_t> lengths = RandomLengths(rng, {1, 5}, {1, 9000});
     const BlockSet set = Blocks(lengths, seed % 2 ? "causal" : "lambda:sink=16,window=700", 512);
     const Hypergraph g = BuildHypergraph(set);
     std::vector<int32_t> subset;  // every other seed: a random half of the vertices
@@ -381,8 +389,7 @@ TEST(Anneal, StaysWithinTheCapsAndNeverWorsensAndIsDeterministic) {
   for (uint64_t seed = 0; seed < 10; ++seed) {
     SCOPED_TRACE(seed);
     std::mt19937_64 rng(seed);
-    std::vector<int64_t> lengths(2 + rng() % 5);
-    for (int64_t& l : lengths) l = 1024 * (1 + static_cast<int64_t>(rng() % 24));
+    const std::vector<int64_t> lengths = RandomLengths(rng, {2, 5}, {1, 24}, 1024);
     const BlockSet set = Blocks(lengths, seed % 2 ? "causal" : "lambda:sink=64,window=2048", 1024);
     const Hypergraph g = BuildHypergraph(set);
     const int32_t k = 2 + static_cast<int32_t>(rng() % 6);
