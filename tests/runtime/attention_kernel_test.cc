@@ -23,6 +23,7 @@
 #include "dcp/mask.h"
 #include "dcp/runtime.h"
 #include "testing/expect_close.h"
+#include "testing/tile_reference.h"
 
 namespace dcp {
 namespace {
@@ -33,13 +34,9 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 size_t U(int64_t i) { return static_cast<size_t>(i); }
 
-struct Problem {
-  TileShape shape;
-  DType dtype = DType::kFloat32;
-  std::vector<Slice> slices;
-  float scale = 1.0f;
-  std::vector<float> q, kv, d_o;  // values exactly representable in `dtype`
-};
+using Problem = testing::TileProblem;
+using Expected = testing::TileReference;
+using testing::Encode;
 
 std::string Describe(const Problem& p) {
   const TileShape& s = p.shape;
@@ -47,14 +44,6 @@ std::string Describe(const Problem& p) {
          std::to_string(s.kv_tokens) + " heads " + std::to_string(s.heads) + "/" +
          std::to_string(s.kv_heads) + " head_dim " + std::to_string(s.head_dim) + " slices " +
          std::to_string(p.slices.size());
-}
-
-std::vector<std::byte> Encode(const std::vector<float>& values, DType dtype) {
-  std::vector<std::byte> out(values.size() * U(BytesPerElement(dtype)));
-  for (size_t i = 0; i < values.size(); ++i) {
-    StoreElement(out.data(), dtype, static_cast<int64_t>(i), values[i]);
-  }
-  return out;
 }
 
 std::vector<float> RandomValues(std::mt19937_64& rng, int64_t count, float magnitude, DType dtype) {
@@ -78,87 +67,9 @@ void FillValues(Problem& p, uint64_t seed, float magnitude) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Reference: the mask one element at a time from the definition of a slice, a full-row softmax
-// and the textbook backward, all in double.
+// Reference: tests/testing/tile_reference.h.
 
-bool Allowed(const Problem& p, int64_t i, int64_t j) {
-  for (const Slice& s : p.slices) {
-    if (i >= s.row_begin && i < s.row_end && j >= s.lo.base + s.lo.slope * i &&
-        j < s.hi.base + s.hi.slope * i) {
-      return true;
-    }
-  }
-  return false;
-}
-
-struct Expected {
-  std::vector<double> o, lse, dq, dkv;
-};
-
-Expected Reference(const Problem& p) {
-  const TileShape& s = p.shape;
-  const int64_t d = s.head_dim;
-  const int64_t group = s.heads / s.kv_heads;
-  auto qv = [&](int64_t i, int64_t h, int64_t k) {
-    return double{p.q[U((i * s.heads + h) * d + k)]};
-  };
-  auto dov = [&](int64_t i, int64_t h, int64_t k) {
-    return double{p.d_o[U((i * s.heads + h) * d + k)]};
-  };
-  auto kv_at = [&](int64_t j, int64_t which, int64_t g, int64_t k) {
-    return U(((j * 2 + which) * s.kv_heads + g) * d + k);
-  };
-  Expected e;
-  e.o.assign(U(s.q_tokens * s.heads * d), 0.0);
-  e.lse.assign(U(s.q_tokens * s.heads), -kInf);
-  e.dq.assign(U(s.q_tokens * s.heads * d), 0.0);
-  e.dkv.assign(U(s.kv_tokens * 2 * s.kv_heads * d), 0.0);
-  std::vector<double> score(U(s.kv_tokens)), prob(U(s.kv_tokens)), dprob(U(s.kv_tokens));
-  std::vector<bool> allowed(U(s.kv_tokens));
-  for (int64_t i = 0; i < s.q_tokens; ++i) {
-    for (int64_t j = 0; j < s.kv_tokens; ++j) allowed[U(j)] = Allowed(p, i, j);
-    for (int64_t h = 0; h < s.heads; ++h) {
-      const int64_t g = h / group;
-      double max = -kInf;
-      for (int64_t j = 0; j < s.kv_tokens; ++j) {
-        if (!allowed[U(j)]) continue;
-        double dot = 0.0;
-        for (int64_t k = 0; k < d; ++k) dot += qv(i, h, k) * double{p.kv[kv_at(j, 0, g, k)]};
-        score[U(j)] = double{p.scale} * dot;
-        max = std::max(max, score[U(j)]);
-      }
-      if (max == -kInf) continue;
-      double sum = 0.0;
-      for (int64_t j = 0; j < s.kv_tokens; ++j) {
-        if (allowed[U(j)]) sum += std::exp(score[U(j)] - max);
-      }
-      const double lse = max + std::log(sum);
-      e.lse[U(i * s.heads + h)] = lse;
-      double rowsum_p_dp = 0.0;
-      for (int64_t j = 0; j < s.kv_tokens; ++j) {
-        prob[U(j)] = allowed[U(j)] ? std::exp(score[U(j)] - lse) : 0.0;
-        double dot = 0.0;
-        for (int64_t k = 0; k < d; ++k) {
-          e.o[U((i * s.heads + h) * d + k)] += prob[U(j)] * double{p.kv[kv_at(j, 1, g, k)]};
-          dot += dov(i, h, k) * double{p.kv[kv_at(j, 1, g, k)]};
-        }
-        dprob[U(j)] = dot;
-        rowsum_p_dp += prob[U(j)] * dot;
-      }
-      for (int64_t j = 0; j < s.kv_tokens; ++j) {
-        if (!allowed[U(j)]) continue;
-        const double ds = prob[U(j)] * (dprob[U(j)] - rowsum_p_dp) * double{p.scale};
-        for (int64_t k = 0; k < d; ++k) {
-          e.dq[U((i * s.heads + h) * d + k)] += ds * double{p.kv[kv_at(j, 0, g, k)]};
-          e.dkv[kv_at(j, 0, g, k)] += ds * qv(i, h, k);
-          e.dkv[kv_at(j, 1, g, k)] += prob[U(j)] * dov(i, h, k);
-        }
-      }
-    }
-  }
-  return e;
-}
-
+Expected Reference(const Problem& p) { return testing::ReferenceAttention(p); }
 
 // ---------------------------------------------------------------------------------------------
 // Running the kernels

@@ -20,6 +20,7 @@
 #include "dcp/mask.h"
 #include "dcp/runtime.h"
 #include "testing/expect_close.h"
+#include "testing/tile_reference.h"
 
 namespace dcp {
 namespace {
@@ -104,116 +105,12 @@ TEST(Bf16, LoadAndStoreElementsOfBothDtypes) {
 // ---------------------------------------------------------------------------------------------
 // Reference
 
-struct Case {
-  TileShape shape;
-  DType dtype = DType::kFloat32;
-  std::vector<Slice> slices;
-  float scale = 1.0f;
-  // Values exactly representable in `dtype`, in the layouts of runtime.h.
-  std::vector<float> q, kv, d_o;
-};
+using Case = testing::TileProblem;
+using Reference = testing::TileReference;
+using testing::Encode;
 
-std::vector<std::byte> Encode(const std::vector<float>& values, DType dtype) {
-  std::vector<std::byte> out(values.size() * U(BytesPerElement(dtype)));
-  for (size_t i = 0; i < values.size(); ++i) {
-    StoreElement(out.data(), dtype, static_cast<int64_t>(i), values[i]);
-  }
-  return out;
-}
+Reference ComputeReference(const Case& c) { return testing::ReferenceAttention(c); }
 
-// allowed[i * kv_tokens + j], straight from the definition of a slice, one element at a time.
-std::vector<bool> DenseAllowed(const Case& c) {
-  const TileShape& s = c.shape;
-  std::vector<bool> allowed(U(s.q_tokens * s.kv_tokens), false);
-  for (int64_t i = 0; i < s.q_tokens; ++i) {
-    for (int64_t j = 0; j < s.kv_tokens; ++j) {
-      for (const Slice& slice : c.slices) {
-        if (i >= slice.row_begin && i < slice.row_end && j >= slice.lo.base + slice.lo.slope * i &&
-            j < slice.hi.base + slice.hi.slope * i) {
-          allowed[U(i * s.kv_tokens + j)] = true;
-        }
-      }
-    }
-  }
-  return allowed;
-}
-
-struct Reference {
-  std::vector<double> o, lse, dq, dkv;
-};
-
-Reference ComputeReference(const Case& c) {
-  const TileShape& s = c.shape;
-  const int64_t d = s.head_dim;
-  const int64_t group = s.heads / s.kv_heads;
-  const std::vector<bool> allowed = DenseAllowed(c);
-  auto q = [&](int64_t i, int64_t h, int64_t k) {
-    return double{c.q[U((i * s.heads + h) * d + k)]};
-  };
-  auto d_o = [&](int64_t i, int64_t h, int64_t k) {
-    return double{c.d_o[U((i * s.heads + h) * d + k)]};
-  };
-  auto kv_index = [&](int64_t j, int64_t which, int64_t g, int64_t k) {
-    return U(((j * 2 + which) * s.kv_heads + g) * d + k);
-  };
-
-  Reference r;
-  r.o.assign(U(s.q_tokens * s.heads * d), 0.0);
-  r.lse.assign(U(s.q_tokens * s.heads), -std::numeric_limits<double>::infinity());
-  r.dq.assign(U(s.q_tokens * s.heads * d), 0.0);
-  r.dkv.assign(U(s.kv_tokens * 2 * s.kv_heads * d), 0.0);
-  std::vector<double> p(U(s.kv_tokens)), dp(U(s.kv_tokens));
-  for (int64_t i = 0; i < s.q_tokens; ++i) {
-    for (int64_t h = 0; h < s.heads; ++h) {
-      const int64_t g = h / group;
-      double row_max = -std::numeric_limits<double>::infinity();
-      for (int64_t j = 0; j < s.kv_tokens; ++j) {
-        if (!allowed[U(i * s.kv_tokens + j)]) continue;
-        double dot = 0.0;
-        for (int64_t k = 0; k < d; ++k) dot += q(i, h, k) * double{c.kv[kv_index(j, 0, g, k)]};
-        p[U(j)] = double{c.scale} * dot;
-        row_max = std::max(row_max, p[U(j)]);
-      }
-      if (row_max == -std::numeric_limits<double>::infinity()) continue;  // fully masked
-      double sum = 0.0;
-      for (int64_t j = 0; j < s.kv_tokens; ++j) {
-        if (!allowed[U(i * s.kv_tokens + j)]) continue;
-        p[U(j)] = std::exp(p[U(j)] - row_max);
-        sum += p[U(j)];
-      }
-      r.lse[U(i * s.heads + h)] = row_max + std::log(sum);
-      // P, O, dP and rowsum(P * dP).
-      double p_dp = 0.0;
-      for (int64_t j = 0; j < s.kv_tokens; ++j) {
-        if (!allowed[U(i * s.kv_tokens + j)]) {
-          p[U(j)] = 0.0;
-          continue;
-        }
-        p[U(j)] /= sum;
-        double dot = 0.0;
-        for (int64_t k = 0; k < d; ++k) {
-          r.o[U((i * s.heads + h) * d + k)] += p[U(j)] * double{c.kv[kv_index(j, 1, g, k)]};
-          dot += d_o(i, h, k) * double{c.kv[kv_index(j, 1, g, k)]};
-        }
-        dp[U(j)] = dot;
-        p_dp += p[U(j)] * dot;
-      }
-      for (int64_t j = 0; j < s.kv_tokens; ++j) {
-        if (!allowed[U(i * s.kv_tokens + j)]) continue;
-        const double ds = p[U(j)] * (dp[U(j)] - p_dp);
-        for (int64_t k = 0; k < d; ++k) {
-          r.dq[U((i * s.heads + h) * d + k)] +=
-              double{c.scale} * ds * double{c.kv[kv_index(j, 0, g, k)]};
-          r.dkv[kv_index(j, 0, g, k)] += double{c.scale} * ds * q(i, h, k);
-          r.dkv[kv_index(j, 1, g, k)] += p[U(j)] * d_o(i, h, k);
-        }
-      }
-    }
-  }
-  return r;
-}
-
-// Delta = rowsum(O * dO) from the reference O, as the kernel's fp32 input.
 std::vector<float> ReferenceDelta(const Case& c, const Reference& r) {
   const TileShape& s = c.shape;
   std::vector<float> delta(U(s.q_tokens * s.heads), 0.0f);
