@@ -16,18 +16,9 @@ class AnnealState : public PartitionState {
  public:
   AnnealState(const Hypergraph& g, const std::vector<int32_t>& subset,
               const std::vector<int32_t>& part, int32_t k, double compute_cap, double memory_cap)
-      : PartitionState(g, k, compute_cap, memory_cap, part) {
-    std::vector<char> counted(g.n_nets(), 0);
-    for (int32_t v : subset) {
-      Assign(v, part_[v]);
-      for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
-        const int32_t n = g_.incident[i];
-        if (!counted[n]) {
-          counted[n] = 1;
-          touched_weight_ += g_.net_weight[n];  // a net on one part moves nothing
-        }
-      }
-    }
+      : PartitionState(g, k, compute_cap, memory_cap, part),
+        touched_weight_(TouchedNetWeight(g, subset)) {
+    for (int32_t v : subset) Assign(v, part_[v]);
   }
 
   int64_t km1() const { return connectivity_ - touched_weight_; }
@@ -71,7 +62,7 @@ class AnnealState : public PartitionState {
   }
 
  private:
-  int64_t touched_weight_ = 0;  // of the nets the subset touches
+  int64_t touched_weight_;  // of the nets the subset touches: a net on one part moves nothing
   std::vector<int64_t> stamp_ = std::vector<int64_t>(g_.n_nets(), 0);  // SwapDelta's marks
   int64_t stamp_now_ = 0;
 };

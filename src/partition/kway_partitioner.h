@@ -84,9 +84,6 @@ class KwayPartitioner : public PartitionState {
     return part_;
   }
 
-  // The connectivity sum (km1 plus the weight of the nets the subset touches).
-  int64_t km1() const { return connectivity_; }
-
  private:
   bool IsCompute(int32_t v) const { return v < g_.n_compute; }
 

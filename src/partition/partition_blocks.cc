@@ -107,23 +107,6 @@ std::vector<int32_t> PackLargestFirst(const Hypergraph& h, const std::vector<int
   return {};
 }
 
-// The weight of the nets with a pin in the subset: the engine's km1() counts every net spanning
-// one part once more than km1 proper, so this is what separates the two.
-int64_t TouchedNetWeight(const Hypergraph& g, const std::vector<int32_t>& subset) {
-  std::vector<char> touched(g.n_nets(), 0);
-  int64_t total = 0;
-  for (int32_t v : subset) {
-    for (int32_t i = g.vertex_begin[v]; i < g.vertex_begin[v + 1]; ++i) {
-      const int32_t n = g.incident[i];
-      if (!touched[n]) {
-        touched[n] = 1;
-        total += g.net_weight[n];
-      }
-    }
-  }
-  return total;
-}
-
 // A partition of `g` that keeps every row whole with its data (ContractRows): packed largest
 // first on the row hypergraph, then annealed there. Empty when no packing within the caps was
 // found (rows too big for the parts, as at high k). *km1 gets its km1 (exact on `g`: row nets
@@ -208,11 +191,12 @@ std::vector<int32_t> SolveBuiltin(const Hypergraph& g,
 
   // Within the caps first (else the lowest worst load), then the fewest bytes.
   std::vector<int32_t> best;
-  std::pair<double, int64_t> best_score{0, 0};  // (0 within the caps, else the worst load; km1)
+  // (0 within the caps, else the worst load; connectivity, km1 plus a constant of the level)
+  std::pair<double, int64_t> best_score{0, 0};
   const auto within = [&] { return best_score.first == 0; };
   const auto keep_better = [&](std::vector<int32_t> part, const Engine& engine) {
     const std::pair<double, int64_t> score{engine.WithinCaps() ? 0 : engine.MaxLoad(),
-                                           engine.km1()};
+                                           engine.connectivity()};
     if (best.empty() || score < best_score) {
       best = std::move(part);
       best_score = score;
@@ -226,7 +210,7 @@ std::vector<int32_t> SolveBuiltin(const Hypergraph& g,
                                   {Kind::kGeometric, 2.0},
                                   {Kind::kContiguous},
                                   {Kind::kGreedy}};
-  const int64_t top_base = TouchedNetWeight(graph_at(top), subset_at(top));
+  const int64_t top_base = internal::TouchedNetWeight(graph_at(top), subset_at(top));
   for (const Engine::Start& start : starts) {
     // Whole rows within the caps that beat the first start (coarse km1 is what its projection
     // moves on causal masks, at most that on others) beat the row-like starts after it too.
@@ -263,7 +247,7 @@ std::vector<int32_t> SolveBuiltin(const Hypergraph& g,
     Engine stripes(g, sequence_first_block, subset, k, compute_cap, memory_cap, seed);
     keep_better(stripes.Run(rounds, {.kind = Kind::kStripes}, Engine::kFmPasses), stripes);
   }
-  const int64_t multilevel_km1 = best_score.second - TouchedNetWeight(g, subset);
+  const int64_t multilevel_km1 = best_score.second - internal::TouchedNetWeight(g, subset);
   if (!rows.empty() && (!within() || static_cast<double>(rows_km1) <=
                                                  (1 + kRowRefineMargin) *
                                                      static_cast<double>(multilevel_km1))) {

@@ -13,6 +13,22 @@
 
 namespace dcp::internal {
 
+// The weight of the nets with a pin in the subset: connectivity minus this is km1.
+inline int64_t TouchedNetWeight(const Hypergraph& g, const std::vector<int32_t>& subset) {
+  std::vector<char> touched(g.n_nets(), 0);
+  int64_t total = 0;
+  for (int32_t v : subset) {
+    for (int32_t i = g.vertex_begin[v]; i < g.vertex_begin[v + 1]; ++i) {
+      const int32_t n = g.incident[i];
+      if (!touched[n]) {
+        touched[n] = 1;
+        total += g.net_weight[n];
+      }
+    }
+  }
+  return total;
+}
+
 class PartitionState {
  public:
   // Every vertex starts with the label `part` gives it (-1: none) but counts in no load or pin
@@ -31,6 +47,8 @@ class PartitionState {
         index_in_net_(pin_count_.size(), 0),
         n_parts_of_net_(g.n_nets(), 0) {}
 
+  // Each net's weight times the parts it spans, over the assigned vertices' nets.
+  int64_t connectivity() const { return connectivity_; }
   // The largest load of a part relative to its cap, over both constraints (<= 1 within the caps).
   double MaxLoad() const {
     double most = 0;

@@ -230,7 +230,7 @@ std::map<std::pair<int32_t, Compiler::Key>, int32_t> Compiler::LastTiles(Pass pa
 // unless it sends it on (to a ring's next hop or its node's aggregator) or takes part in a ring.
 // Partials carried to an aggregator arrive by then.
 void Compiler::PlanReturns(Pass pass) {
-  std::map<std::pair<int32_t, Key>, int32_t> ready = LastTiles(pass);
+  const std::map<std::pair<int32_t, Key>, int32_t> last = LastTiles(pass);
   std::set<std::pair<Key, int32_t>> carrying;  // (key, device) sending its partial on
   if (pass == Pass::kBackward) {
     for (const Carry& c : carries_) {
@@ -239,7 +239,7 @@ void Compiler::PlanReturns(Pass pass) {
     }
   }
   std::vector<Carry>& returns = returns_[static_cast<int>(pass)];
-  for (const auto& [where, division] : ready) {
+  for (const auto& [where, division] : last) {
     const auto& [device, key] = where;
     const int32_t owner = Owner(DataBlockId{key.block});
     if (owner == device || division + 1 >= schedule_.n_divisions) continue;
@@ -421,10 +421,7 @@ void Compiler::SendReturns(State& st, DeviceId device, Pass pass, int32_t launch
     const Key lse_key{r.key.block, r.key.head_group, TensorKind::kLse};
     if (r.from == device.value) {
       const SlotId packed = st.builder.NewBuffer(types_.Of(r.key.kind));
-      const SlotId partial = r.key.kind == TensorKind::kO ? st.accumulator.at(r.key)
-                                                          : MergeCarried(st, sums, r.key);
-      convert.ops.emplace_back(partial, packed);
-      st.accumulator.erase(r.key);
+      convert.ops.emplace_back(MergeCarried(st, sums, r.key), packed);
       AddEntry(sends, r.to, packed, types_.Of(r.key.kind), r.key.block);
       if (r.key.kind == TensorKind::kO) {
         AddEntry(sends, r.to, st.accumulator.at(lse_key), types_.Of(TensorKind::kLse),
