@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dcp/communicator.h"
 #include "dcp/plan.h"
 #include "dcp/status.h"
 
@@ -60,80 +61,6 @@ void AttendForward(float* o, float* lse, const std::byte* q, const std::byte* kv
 void AttendBackward(float* dq, float* dkv, const std::byte* q, const std::byte* kv,
                     const std::byte* d_o, const float* lse, const float* delta, DType dtype,
                     const TileShape& shape, std::span<const Slice> slices, float scale);
-
-// ---------------------------------------------------------------------------------------------
-// Communicators
-
-struct SendBuffer {
-  DeviceId peer;
-  const std::byte* data = nullptr;
-  size_t bytes = 0;
-};
-struct RecvBuffer {
-  DeviceId peer;
-  std::byte* data = nullptr;
-  size_t bytes = 0;
-};
-
-// Moves bytes between the ranks of one group. Thread safety: one thread per Communicator object.
-class Communicator {
- public:
-  virtual ~Communicator() = default;
-  Communicator(const Communicator&) = delete;
-  Communicator& operator=(const Communicator&) = delete;
-
-  virtual std::string_view Name() const = 0;
-  virtual int32_t rank() const = 0;
-  virtual int32_t size() const = 0;
-
-  // Starts one exchange: every SendBuffer goes to its peer, every RecvBuffer is filled from its
-  // peer. Peers not listed exchange nothing. Does not block. The buffers must stay valid and
-  // unchanged until Wait(id). Every peer must launch the same id with the mirror lists.
-  virtual Status Launch(int32_t id, std::vector<SendBuffer> sends,
-                        std::vector<RecvBuffer> recvs) = 0;
-  // Completes the exchange `id`. Returns CommFailure when a peer failed (the message names it)
-  // and Timeout when nothing arrives within the group's deadline; never blocks forever.
-  virtual Status Wait(int32_t id) = 0;
-  // Tells every rank of the group that this rank failed; their pending and later Waits return
-  // CommFailure naming this rank and the reason.
-  virtual void Fail(const Status& reason) = 0;
-
- protected:
-  Communicator() = default;
-};
-
-struct LocalGroupOptions {
-  int32_t size = 1;         // ranks (devices) in the group, >= 1
-  double timeout_s = 30.0;  // a Wait gives up after this long without progress
-};
-
-// `size` communicators of one in-process group (one per device thread); the embedded default.
-Result<std::vector<std::unique_ptr<Communicator>>> MakeLocalGroup(const LocalGroupOptions& options);
-
-struct MpiOptions {
-  double timeout_s = 30.0;  // a Wait (and the creation itself) gives up after this long without
-                            // progress; raise it when one rank may compute longer than this
-                            // between two exchanges
-};
-
-// The communicator of this process over MPI_COMM_WORLD: one rank per process (per device), rank
-// and size of MPI_COMM_WORLD. Starts MPI (MPI_Init_thread, MPI_THREAD_SERIALIZED) when nobody has;
-// works on a private duplicate of MPI_COMM_WORLD, so communicators made one after the other never
-// see each other's messages. Collective: every rank of MPI_COMM_WORLD calls it, in the same order;
-// returns Timeout when the others do not within options.timeout_s. Launch copies the sends, so
-// their buffers only need to live until Launch returns (receive buffers until Wait), and Wait
-// returns once the receives are in, sends finishing in the background as with the local group;
-// destroying the communicator gives those sends until the deadline unless a rank failed. Fail
-// sends the others reason.ToString() (code included, cut at 4 KiB). Returns Unsupported in a
-// build without MPI, InvalidArgument for bad options and CommFailure when MPI fails or was
-// already finalized.
-Result<std::unique_ptr<Communicator>> MakeMpiCommunicator(const MpiOptions& options);
-
-// Shuts MPI down (MPI_Finalize) after the last MPI communicator is gone, so a program run by
-// mpirun ends cleanly; a no-op when MPI was never started or is already finalized, and in a build
-// without MPI. MPI cannot start again afterwards. Returns InvalidArgument while an MPI
-// communicator is still alive and CommFailure when MPI_Finalize fails.
-Status FinalizeMpi();
 
 }  // namespace dcp
 
