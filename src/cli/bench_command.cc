@@ -11,10 +11,12 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <thread>
 
 #include "cli/batch_args.h"
 #include "cli/commands.h"
 #include "cli/planning.h"
+#include "dcp/planner.h"
 #include "dcp/baselines.h"
 #include "dcp/sim.h"
 
@@ -63,19 +65,7 @@ Result<Measured> Simulate(const Plan& plan, const ClusterSpec& cluster) {
 
 // Compute tolerances dcp's search tries, (per device, per node): the paper's defaults, two tighter
 // pairs, and devices levelled tightly inside nodes that may differ more.
-struct Tolerances {
-  double compute, inter;
-};
-constexpr Tolerances kTolerances[] = {{0.1, 0.4}, {0.1, 0.1}, {0.05, 0.05}, {0.01, 0.05}};
-
-Result<Plan> PlanDcp(const Batch& batch, const Topology& topology, int64_t block_size,
-                     Tolerances eps, const Scheduling& scheduling) {
-  DCP_ASSIGN_OR_RETURN(PlannedBatch planned,
-                       PlanBatch(batch, {.block_size = block_size}, topology,
-                                 {.eps_compute = eps.compute, .eps_inter = eps.inter},
-                                 scheduling));
-  return std::move(planned.plan);
-}
+const std::vector<Tolerances> kTolerances = {{0.1, 0.4}, {0.1, 0.1}, {0.05, 0.05}, {0.01, 0.05}};
 
 // The fastest of a strategy's variants on one batch (dcp: block sizes and tolerances;
 // loongtrain: inner rings).
@@ -98,19 +88,17 @@ Result<Best> RunStrategy(Strategy strategy, const Batch& batch, const Topology& 
                          const ClusterSpec& cluster) {
   Best best;
   if (strategy == Strategy::kDcp) {
-    // The paper's search over block sizes, with tolerances, each variant's division count chosen
-    // by simulating every count (ScheduleBySimulation).
-    DCP_ASSIGN_OR_RETURN(const Scheduling scheduling, SchedulingFor("search", cluster));
-    for (int64_t block_size : {512, 1024, 2048, 4096}) {
-      for (Tolerances eps : kTolerances) {
-        Result<Plan> plan = PlanDcp(batch, topology, block_size, eps, scheduling);
-        const std::string choice =
-            plan.ok() ? fmt::format("{}:{}/{}:{}", block_size, eps.compute, eps.inter,
-                                    plan->n_divisions)
-                      : "";
-        DCP_RETURN_IF_ERROR(Consider(best, std::move(plan), cluster, choice));
-      }
-    }
+    // The paper's search over block sizes, with tolerances, each candidate's division count
+    // chosen by simulating every count: the planner's candidate search.
+    const PlanOptions options{.topology = topology,
+                              .cluster = cluster,
+                              .division_choice = DivisionChoice::kSimulate,
+                              .candidate_block_sizes = {512, 1024, 2048, 4096},
+                              .candidate_tolerances = kTolerances,
+                              .threads = static_cast<int32_t>(
+                                  std::max(1u, std::thread::hardware_concurrency()))};
+    DCP_ASSIGN_OR_RETURN(PlannedBatch planned, PlanBatch(batch, options));
+    DCP_RETURN_IF_ERROR(Consider(best, std::move(planned.plan), cluster, planned.candidate));
     return best;
   }
   if (strategy == Strategy::kLoongTrain) {

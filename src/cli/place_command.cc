@@ -7,6 +7,7 @@
 
 #include "cli/batch_args.h"
 #include "cli/commands.h"
+#include "cli/planning.h"
 #include "dcp/partition.h"
 
 namespace dcp::cli {
@@ -52,6 +53,7 @@ int Run(const BatchArgs& batch_args, const PlaceArgs& args) {
     if (Status s = WriteTextFile(args.export_hypergraph, hgr); !s.ok()) return ReportError(s);
   }
   PlacementReport report;
+  Placement placed;
   double partition_ms = 0;
   bool balanced = false;
   if (!args.read_partition.empty()) {
@@ -64,17 +66,21 @@ int Run(const BatchArgs& batch_args, const PlaceArgs& args) {
     Result<PlacementReport> r = EvaluatePlacement(graph, *placement, *topology);
     if (!r.ok()) return ReportError(r.status());
     report = *r;
+    placed = *std::move(placement);
     balanced = report.compute_imbalance <= options->eps_compute + 1e-9 &&
                report.memory_imbalance <= options->eps_memory + 1e-9;
   } else {
     Result<PartitionResult> result = PartitionBlocks(*blocks, *topology, *options);
     if (!result.ok()) return ReportError(result.status());
     report = result->report;
+    placed = std::move(result->placement);
     partition_ms = result->partition_ms;
     balanced = result->balanced;
   }
   if (args.json) {
-    fmt::print("{}\n", ToJson(report, *topology, partition_ms, balanced).dump(2));
+    nlohmann::json j = ToJson(report, *topology, partition_ms, balanced);
+    j["token_map"] = TokenMapJson(TokenMap::Of(*blocks, placed, topology->devices()));
+    fmt::print("{}\n", j.dump(2));
     return 0;
   }
   constexpr double kMiB = 1 << 20;

@@ -48,15 +48,13 @@ nlohmann::json PassJson(const Plan& plan, const BlockSet& blocks, const Placemen
 }
 
 int Run(const BatchArgs& batch_args, const PlanArgs& args) {
-  Result<Scheduling> scheduling = SchedulingFor(args.divisions);
-  if (!scheduling.ok()) return ReportError(scheduling.status());
-  Result<PlannedBatch> planned = PlanFromArgs(batch_args, args.placement, *scheduling);
+  Result<PlannedFromArgs> planned = PlanFromArgs(batch_args, args.placement, args.divisions);
   if (!planned.ok()) return ReportError(planned.status());
-  const BlockSet* blocks = &planned->blocks;
-  const PartitionResult* placed = &planned->placed;
-  const Plan* plan = &planned->plan;
-  const Topology* topology = &planned->topology;
-  const PlanningTimes& ms = planned->ms;
+  const BlockSet* blocks = &planned->planned.blocks;
+  const PartitionResult* placed = &planned->planned.placed;
+  const Plan* plan = &planned->planned.plan;
+  const Topology* topology = &plan->topology;
+  const PlanningTimes& ms = planned->planned.ms;
 
   if (args.check) {
     if (Status s = ValidatePlan(*plan); !s.ok()) return ReportError(s.WithContext("plan check"));
@@ -70,11 +68,7 @@ int Run(const BatchArgs& batch_args, const PlanArgs& args) {
   }
   if (args.dump) fmt::print("{}", DumpPlan(*plan));
 
-  std::vector<int64_t> peak;
-  for (size_t d = 0; d < plan->forward.size(); ++d) {
-    peak.push_back(
-        std::max(plan->forward[d].PeakBufferBytes(), plan->backward[d].PeakBufferBytes()));
-  }
+  const std::vector<int64_t> peak = PeakBufferBytesPerDevice(*plan);
   const nlohmann::json fwd = PassJson(*plan, *blocks, placed->placement, Pass::kForward);
   const nlohmann::json bwd = PassJson(*plan, *blocks, placed->placement, Pass::kBackward);
   if (args.json) {
@@ -93,7 +87,8 @@ int Run(const BatchArgs& batch_args, const PlanArgs& args) {
                               {"checked", args.check},
                               {"topology", topology->ToString()},
                               {"block_size", blocks->block_size},
-                              {"seed", batch_args.seed}};
+                              {"seed", batch_args.seed},
+                              {"token_map", TokenMapJson(TokenMap::Of(*plan))}};
     fmt::print("{}\n", j.dump(2));
     return 0;
   }

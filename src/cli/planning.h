@@ -1,15 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// The planning pipeline shared by `dcp plan` and `dcp run`: batch, blocks, placement, schedule and
-// plan from the command-line options, with the time of each phase.
+// Command-line options to the library planner (include/dcp/planner.h), shared by `dcp plan`,
+// `run` and `simulate`.
 #pragma once
 
 #include <chrono>
-#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/batch_args.h"
-#include "dcp/plan.h"
-#include "dcp/schedule.h"
-#include "dcp/sim.h"
+#include "dcp/token_map.h"
+#include "dcp/planner.h"
 
 namespace dcp::cli {
 
@@ -27,38 +28,26 @@ class Stopwatch {
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
-struct PlanningTimes {  // milliseconds per phase; building the batch itself is not counted
-  double blocking = 0, placement = 0, scheduling = 0, compile = 0;
-  double total() const { return blocking + placement + scheduling + compile; }
-};
+// The planner's options from the batch and placement options, --divisions ("auto": the
+// scheduler's cost model, "search": simulate every count, or a number) and the cluster the plan
+// is for.
+Result<PlanOptions> PlanOptionsFromArgs(const BatchArgs& batch_args, const Batch& batch,
+                                        const PlacementArgs& placement,
+                                        const std::string& divisions,
+                                        const ClusterSpec& cluster = {});
 
-struct PlannedBatch {
+struct PlannedFromArgs {
   Batch batch;
-  BlockSet blocks;
-  Topology topology;
-  PartitionResult placed;
-  Plan plan;
-  PlanningTimes ms;
+  PlannedBatch planned;
 };
 
-// How the divisions are chosen: the scheduler's options and, for --divisions search, the cluster
-// on which ScheduleBySimulation replays every division count.
-struct Scheduling {
-  ScheduleOptions options;
-  std::optional<ClusterSpec> search_on;
-};
+// The batch the command line describes, planned by PlanBatch.
+Result<PlannedFromArgs> PlanFromArgs(const BatchArgs& batch_args, const PlacementArgs& placement,
+                                     const std::string& divisions,
+                                     const ClusterSpec& cluster = {});
 
-// Scheduling from --divisions ("auto", "search" or a number), with the scheduler's cost model
-// taken from the cluster the plan is for, so divisions are sized for that machine.
-Result<Scheduling> SchedulingFor(const std::string& divisions, const ClusterSpec& cluster = {});
-
-// Blocks, places, schedules and compiles `batch`, timing each phase.
-Result<PlannedBatch> PlanBatch(Batch batch, const BlockingOptions& blocking,
-                               const Topology& topology, const PartitionOptions& partition,
-                               const Scheduling& scheduling);
-
-// PlanBatch of the batch and options the command line describes.
-Result<PlannedBatch> PlanFromArgs(const BatchArgs& batch_args, const PlacementArgs& placement,
-                                  const Scheduling& scheduling);
+// The token map as `dcp plan --json` and `dcp place --json` print it: one array per device of
+// {"sequence", "begin", "count"} objects, in the device's local order.
+nlohmann::json TokenMapJson(const TokenMap& map);
 
 }  // namespace dcp::cli

@@ -86,9 +86,9 @@ Result<Simulated> FromFile(const SimulateArgs& args, const ClusterSpec& cluster)
 
 Result<Simulated> WithDcp(const BatchArgs& batch_args, const SimulateArgs& args,
                           const ClusterSpec& cluster) {
-  DCP_ASSIGN_OR_RETURN(Scheduling scheduling, SchedulingFor(args.divisions, cluster));
-  DCP_ASSIGN_OR_RETURN(PlannedBatch planned, PlanFromArgs(batch_args, args.placement, scheduling));
-  Simulated out{.plan = std::move(planned.plan), .planning_ms = planned.ms.total()};
+  DCP_ASSIGN_OR_RETURN(PlannedFromArgs planned,
+                       PlanFromArgs(batch_args, args.placement, args.divisions, cluster));
+  Simulated out{.plan = std::move(planned.planned.plan), .planning_ms = planned.planned.ms.total()};
   DCP_ASSIGN_OR_RETURN(out.report,
                        Simulate(out.plan, cluster, !args.trace.empty(), &out.simulation_ms));
   return out;

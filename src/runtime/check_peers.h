@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <string_view>
 #include <vector>
 
@@ -29,12 +31,29 @@ Status CheckPeers(std::string_view communicator, int32_t rank, int32_t size, int
       return Status::InvalidArgument(fmt::format("{} peer {} is listed twice", where, peer));
     }
     seen[static_cast<size_t>(peer)] = true;
-    if (buffer.bytes > 0 && buffer.data == nullptr) {
-      return Status::InvalidArgument(fmt::format("{} buffer for peer {} has {} bytes but no data",
-                                                 where, peer, buffer.bytes));
+    for (const auto& part : buffer.parts) {
+      if (!part.empty() && part.data() == nullptr) {
+        return Status::InvalidArgument(fmt::format(
+            "{} buffer for peer {} has a part of {} bytes but no data", where, peer, part.size()));
+      }
     }
   }
   return Status::Ok();
+}
+
+// The parts of a message back to back, and the other way.
+template <typename Parts>
+std::vector<std::byte> Gathered(const Parts& parts) {
+  std::vector<std::byte> out;
+  for (const auto& part : parts) out.insert(out.end(), part.begin(), part.end());
+  return out;
+}
+template <typename Parts>
+void Scatter(const std::byte* from, const Parts& parts) {
+  for (const auto& part : parts) {
+    std::copy_n(from, part.size(), part.data());
+    from += part.size();
+  }
 }
 
 // What Communicator::Wait returns for an id with no exchange pending.

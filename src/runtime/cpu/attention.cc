@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// CPU attention kernels and bf16 numbers (see include/dcp/runtime.h). The kernels follow
-// FlashAttention's tiling with OpenBLAS SGEMM for the products (see "Kernels" below), fp32
+// CPU attention kernels and bf16 numbers (see include/dcp/kernels.h). The kernels follow
+// FlashAttention's tiling with BLIS SGEMM for the products (see "Kernels" below), fp32
 // throughout. Thread safety: calls on distinct output buffers may run concurrently; each thread
-// has its own scratch memory, and the kernels start no threads (OpenBLAS is set to one thread).
-#include <cblas.h>
+// has its own scratch memory, and the kernels start no threads (every GEMM runs on the caller).
+#include <blis.h>
 
 #include <algorithm>
 #include <bit>
@@ -11,12 +11,11 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <vector>
 
-#include "dcp/runtime.h"
+#include "dcp/kernels.h"
 
 namespace dcp {
 
@@ -136,24 +135,20 @@ struct ColumnRange {
   int64_t end = 0;
 };
 
-// OpenBLAS runs every GEMM on the calling thread: the runtime already runs one thread per device,
-// each calling these kernels, and OpenBLAS's own threads would oversubscribe the cores. Debian's
-// OpenBLAS 0.3.21 (pthreads) has no per-call thread count, so the process-wide count is set to 1
-// once, before the first GEMM; this also applies to other OpenBLAS users of the process.
-void UseSingleThreadedBlas() {
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
-}
-
-// C = alpha * op(A) op(B) + beta * C, row-major. Leading dimensions are raised to 1 so that empty
-// matrices (head_dim 0) stay legal for cblas.
+// C = alpha * op(A) op(B) + beta * C, row-major, through BLIS's expert interface with a runtime
+// object of one thread: every GEMM runs on the calling thread (the runtime already runs one
+// thread per device), and no process-wide thread count is touched (OpenBLAS 0.3.21, Debian's,
+// has only a process-wide one). A transposed operand is described by swapped strides.
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  auto i = [](int64_t value) { return static_cast<blasint>(std::max<int64_t>(value, 1)); };
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m), static_cast<blasint>(n),
-              static_cast<blasint>(k), alpha, a, i(lda), b, i(ldb), beta, c, i(ldc));
+  rntm_t one_thread = BLIS_RNTM_INITIALIZER;
+  bli_rntm_set_num_threads(1, &one_thread);
+  const auto rows = [](bool trans, int64_t ld) -> inc_t { return trans ? 1 : ld; };
+  const auto cols = [](bool trans, int64_t ld) -> inc_t { return trans ? ld : 1; };
+  bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &alpha, const_cast<float*>(a),
+               rows(trans_a, lda), cols(trans_a, lda), const_cast<float*>(b), rows(trans_b, ldb),
+               cols(trans_b, ldb), &beta, c, ldc, 1, nullptr, &one_thread);
 }
 
 // exp(x) in fp32, written so that GCC vectorizes loops over it without -ffast-math: no branch and
@@ -366,7 +361,7 @@ void ClipToPiece(std::span<const ColumnRange> ranges, ColumnRange piece,
   }
 }
 
-// Index arithmetic of the layouts at the top of include/dcp/runtime.h.
+// Index arithmetic of the layouts at the top of include/dcp/kernels.h.
 struct TileLayout {
   int64_t heads;
   int64_t kv_heads;
@@ -544,7 +539,6 @@ std::optional<TileContext> PrepareTile(const std::byte* kv, DType dtype, const T
   CheckShape(shape);
   const std::vector<Slice> relevant = RelevantSlices(slices, shape);
   if (relevant.empty() || shape.kv_tokens == 0) return std::nullopt;
-  UseSingleThreadedBlas();
   Workspace& ws = ThreadWorkspace();
   return TileContext{.at = TileLayout(shape),
                      .rows = RowRanges(relevant, shape),

@@ -86,9 +86,7 @@ class LocalCommunicator final : public Communicator {
     std::vector<std::pair<int32_t, Bytes>> copies;
     copies.reserve(sends.size());
     for (const SendBuffer& send : sends) {
-      Bytes bytes(send.bytes);
-      if (send.bytes > 0) std::memcpy(bytes.data(), send.data, send.bytes);
-      copies.emplace_back(send.peer.value, std::move(bytes));
+      copies.emplace_back(send.peer.value, internal::Gathered(send.parts));
     }
     {
       std::lock_guard<std::mutex> lock(group_->mutex);
@@ -154,17 +152,21 @@ class LocalCommunicator final : public Communicator {
     }
 
     for (size_t i = 0; i < recvs.size(); ++i) {
-      if (received[i].size() != recvs[i].bytes) {
+      if (received[i].size() != recvs[i].bytes()) {
         return Status::CommFailure(fmt::format(
             "local communicator rank {}: Wait(id {}): message from peer {} has {} bytes but its "
             "receive buffer has {} bytes",
-            rank_, id, recvs[i].peer.value, received[i].size(), recvs[i].bytes));
+            rank_, id, recvs[i].peer.value, received[i].size(), recvs[i].bytes()));
       }
     }
     for (size_t i = 0; i < recvs.size(); ++i) {
-      if (recvs[i].bytes > 0) std::memcpy(recvs[i].data, received[i].data(), recvs[i].bytes);
+      internal::Scatter(received[i].data(), recvs[i].parts);
     }
     return Status::Ok();
+  }
+
+  Result<bool> Test(int32_t id) override {
+    return Status::Unsupported(fmt::format("local communicator: Test({}) is not implemented", id));
   }
 
   void Fail(const Status& reason) override {

@@ -35,6 +35,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -133,7 +134,7 @@ ProcessState& Process() {
 struct Exchange {
   struct Receive {
     int32_t peer = 0;
-    std::byte* destination = nullptr;  // the caller's buffer
+    std::vector<std::span<std::byte>> destination;  // the caller's buffers
     size_t bytes = 0;                  // its size
     size_t buffer = 0;                 // index in `buffers`
     size_t received = 0;               // bytes arrived so far
@@ -241,17 +242,16 @@ class MpiCommunicator final : public Communicator {
     Status status;
     for (const SendBuffer& send : sends) {
       if (!status.ok()) break;
-      Bytes& copy = x.buffers.emplace_back(send.bytes);
-      if (send.bytes > 0) std::memcpy(copy.data(), send.data, send.bytes);
+      x.buffers.push_back(internal::Gathered(send.parts));
       status = PostChunks(x, id, send.peer.value, /*receive=*/-1);
     }
     for (const RecvBuffer& recv : recvs) {
       if (!status.ok()) break;
       x.receives.push_back(Exchange::Receive{.peer = recv.peer.value,
-                                             .destination = recv.data,
-                                             .bytes = recv.bytes,
+                                             .destination = recv.parts,
+                                             .bytes = recv.bytes(),
                                              .buffer = x.buffers.size()});
-      x.buffers.emplace_back(recv.bytes);
+      x.buffers.emplace_back(recv.bytes());
       status = PostChunks(x, id, recv.peer.value, static_cast<int32_t>(x.receives.size() - 1));
     }
     if (!status.ok()) {
@@ -274,10 +274,14 @@ class MpiCommunicator final : public Communicator {
       return status;
     }
     for (const Exchange::Receive& r : x.receives) {
-      if (r.bytes > 0) std::memcpy(r.destination, x.buffers[r.buffer].data(), r.bytes);
+      internal::Scatter(x.buffers[r.buffer].data(), r.destination);
     }
     KeepSendsInFlight(x);
     return Status::Ok();
+  }
+
+  Result<bool> Test(int32_t id) override {
+    return Status::Unsupported(fmt::format("mpi communicator: Test({}) is not implemented", id));
   }
 
   void Fail(const Status& reason) override {
