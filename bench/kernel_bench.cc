@@ -10,7 +10,7 @@
 // spends on masked pairs (the diagonal pieces of a causal tile) is not counted. Rates are per
 // CPU second (Google Benchmark's default), so a busy machine slows both sides alike.
 #include <benchmark/benchmark.h>
-#include <blis.h>
+#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
@@ -121,17 +121,13 @@ void BM_Attend(benchmark::State& state, Config c) {
 // trans_a (then stored [k x m]), as the kernels' dV and dK products.
 void BM_Sgemm(benchmark::State& state, int64_t m, int64_t n, int64_t k, bool trans_a,
               bool trans_b) {
-  rntm_t one_thread = BLIS_RNTM_INITIALIZER;  // as the kernels: one thread per call
-  bli_rntm_set_num_threads(1, &one_thread);
   const std::vector<float> a = Random(size_t(m * k), 3), b = Random(size_t(k * n), 4);
   std::vector<float> c(size_t(m * n));
-  const int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n;
-  float one = 1.f, zero = 0.f;
+  const int lda = int(trans_a ? m : k), ldb = int(trans_b ? k : n);
   for (auto _ : state) {
-    bli_sgemm_ex(trans_a ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE,
-                 trans_b ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, m, n, k, &one,
-                 const_cast<float*>(a.data()), lda, 1, const_cast<float*>(b.data()), ldb, 1, &zero,
-                 c.data(), n, 1, nullptr, &one_thread);
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, int(m), int(n), int(k), 1.f, a.data(), lda,
+                b.data(), ldb, 0.f, c.data(), int(n));
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }

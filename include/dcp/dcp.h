@@ -8,6 +8,7 @@
 #include "dcp/mask.h"
 #include "dcp/partition.h"
 #include "dcp/plan.h"
+#include "dcp/planner.h"
 #include "dcp/runtime.h"
 #include "dcp/schedule.h"
 #include "dcp/sim.h"

@@ -242,6 +242,36 @@ TEST(CliPlan, ChecksAndReportsThePlanAsJson) {
   std::remove(path.c_str());
 }
 
+// The token map in --json: one array per device of runs; every token of the batch in exactly
+// one run, and `dcp place` (before compiling) prints the same map as `dcp plan`.
+TEST(CliPlan, PrintsTheTokenMapOfEveryDevice) {
+  const std::vector<int64_t> lengths = {3000, 1000, 700};
+  const std::vector<std::string> batch = {"--seqlens", "3000,1000,700", "--topology", "2x2",
+                                          "--block-size", "512", "--json"};
+  std::vector<std::string> plan_args = {"plan"}, place_args = {"place"};
+  plan_args.insert(plan_args.end(), batch.begin(), batch.end());
+  place_args.insert(place_args.end(), batch.begin(), batch.end());
+  const nlohmann::json plan = ParseJson(RunDcp(plan_args));
+  const nlohmann::json place = ParseJson(RunDcp(place_args));
+  ASSERT_TRUE(plan.contains("token_map"));
+  ASSERT_EQ(plan["token_map"].size(), 4u);
+  EXPECT_EQ(plan["token_map"], place["token_map"]);
+  std::vector<std::vector<int>> owners;
+  for (int64_t l : lengths) owners.emplace_back(static_cast<size_t>(l), 0);
+  for (const nlohmann::json& device : plan["token_map"]) {
+    for (const nlohmann::json& run : device) {
+      const auto s = run["sequence"].get<size_t>();
+      const auto begin = run["begin"].get<int64_t>(), count = run["count"].get<int64_t>();
+      ASSERT_LT(s, owners.size());
+      ASSERT_LE(begin + count, lengths[s]);
+      for (int64_t t = begin; t < begin + count; ++t) ++owners[s][static_cast<size_t>(t)];
+    }
+  }
+  for (const std::vector<int>& sequence : owners) {
+    for (int owned : sequence) ASSERT_EQ(owned, 1);
+  }
+}
+
 TEST(CliPlan, RejectsABadDivisionCount) {
   const CliRun r = RunDcp({"plan", "--seqlens", "4096", "--divisions", "many"});
   EXPECT_NE(r.exit_code, 0);

@@ -21,10 +21,12 @@ struct LocalRunOptions {
   int64_t token_padding = 0;
   double timeout_s = 30.0;
   // A device's kernel backend (default: the CPU backend).
-  std::function<std::unique_ptr<KernelBackend>(int32_t device)> make_backend;
+  std::function<std::unique_ptr<KernelBackend>(int32_t device)> make_backend = {};
+  // The plan a device runs (default: the whole plan); an error is that device's own failure.
+  std::function<Result<Plan>(int32_t device)> part_of = {};
   // Wraps a device's communicator (default: used as is).
   std::function<std::unique_ptr<Communicator>(std::unique_ptr<Communicator>, int32_t device)>
-      wrap_comm;
+      wrap_comm = {};
 };
 
 // One local tensor of `tokens` x `inner` values in a storage dtype, rows `inner + padding` apart.
@@ -126,7 +128,9 @@ inline std::vector<Status> RunLocalDevices(const Plan& plan, BatchTensors& batch
     threads.emplace_back([&, d] {
       std::unique_ptr<KernelBackend> kernels =
           options.make_backend ? options.make_backend(d) : MakeCpuBackend();
-      Status s = RunOneDevice(plan, d, batch, *kernels, *comms[d], options, mutex);
+      Result<Plan> part = options.part_of ? options.part_of(d) : Result<Plan>(plan);
+      Status s = part.ok() ? RunOneDevice(*part, d, batch, *kernels, *comms[d], options, mutex)
+                           : part.status();
       if (!s.ok()) comms[d]->Fail(s);
       status[static_cast<size_t>(d)] = s;
     });

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // CPU attention kernels and bf16 numbers (see include/dcp/kernels.h). The kernels follow
-// FlashAttention's tiling with BLIS SGEMM for the products (see "Kernels" below), fp32
+// FlashAttention's tiling with OpenBLAS SGEMM for the products (see "Kernels" below), fp32
 // throughout. Thread safety: calls on distinct output buffers may run concurrently; each thread
 // has its own scratch memory, and the kernels start no threads (every GEMM runs on the caller).
-#include <blis.h>
+#include <cblas.h>
 
 #include <algorithm>
 #include <bit>
@@ -135,20 +135,17 @@ struct ColumnRange {
   int64_t end = 0;
 };
 
-// C = alpha * op(A) op(B) + beta * C, row-major, through BLIS's expert interface with a runtime
-// object of one thread: every GEMM runs on the calling thread (the runtime already runs one
-// thread per device), and no process-wide thread count is touched (OpenBLAS 0.3.21, Debian's,
-// has only a process-wide one). A transposed operand is described by swapped strides.
+// C = alpha * op(A) op(B) + beta * C, row-major. Leading dimensions are raised to 1 so that empty
+// matrices (head_dim 0) stay legal for cblas. The library is the single-threaded build of OpenBLAS
+// (CMakeLists.txt): every GEMM runs on the calling thread (the runtime already runs one thread per
+// device), and no process-wide thread count needs setting.
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
-  rntm_t one_thread = BLIS_RNTM_INITIALIZER;
-  bli_rntm_set_num_threads(1, &one_thread);
-  const auto rows = [](bool trans, int64_t ld) -> inc_t { return trans ? 1 : ld; };
-  const auto cols = [](bool trans, int64_t ld) -> inc_t { return trans ? ld : 1; };
-  bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &alpha, const_cast<float*>(a),
-               rows(trans_a, lda), cols(trans_a, lda), const_cast<float*>(b), rows(trans_b, ldb),
-               cols(trans_b, ldb), &beta, c, ldc, 1, nullptr, &one_thread);
+  auto i = [](int64_t value) { return static_cast<blasint>(std::max<int64_t>(value, 1)); };
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m), static_cast<blasint>(n),
+              static_cast<blasint>(k), alpha, a, i(lda), b, i(ldb), beta, c, i(ldc));
 }
 
 // exp(x) in fp32, written so that GCC vectorizes loops over it without -ffast-math: no branch and
