@@ -159,7 +159,10 @@ class DivisionScheduler {
     }
     std::vector<Transfer> transfers;
     for (auto& [key, group] : by_node) {
-      const auto& [piece, node] = key;
+      // Named, not a structured binding: `transfer` captures `piece`, which C++20 allows for
+      // bindings but clang accepts only from version 16.
+      const PieceSide& piece = key.first;
+      const int32_t node = key.second;
       const DeviceId owner{Owner(DataBlockId{piece.block})};
       const auto transfer = [&](DeviceId from, const Need& n, int32_t phase) {
         transfers.push_back(Transfer{.block = DataBlockId{piece.block},
