@@ -5,6 +5,7 @@
 #include <benchmark/benchmark.h>
 
 #include "dcp/baselines.h"
+#include "dcp/planner.h"
 #include "dcp/sim.h"
 
 namespace {
@@ -30,12 +31,11 @@ dcp::Result<dcp::Plan> MakePlan(const Case& c) {
                          dcp::PlanBaseline(c.strategy, batch, {.topology = topology}));
     return std::move(baseline.plan);
   }
-  DCP_ASSIGN_OR_RETURN(dcp::BlockSet blocks,
-                       dcp::MakeBlocks(batch, {.block_size = 1024, .head_groups = c.head_groups}));
-  DCP_ASSIGN_OR_RETURN(dcp::PartitionResult placed, dcp::PartitionBlocks(blocks, topology, {}));
-  DCP_ASSIGN_OR_RETURN(dcp::Schedule schedule,
-                       dcp::ScheduleDivisions(blocks, placed.placement, topology, {}));
-  return dcp::CompilePlan(batch, blocks, placed.placement, schedule, topology);
+  dcp::PlanOptions options;
+  options.topology = topology;
+  options.head_groups = c.head_groups;
+  DCP_ASSIGN_OR_RETURN(dcp::PlannedBatch planned, dcp::PlanBatch(batch, options));
+  return std::move(planned.plan);
 }
 
 void BM_Simulate(benchmark::State& state, Case c, bool trace) {
