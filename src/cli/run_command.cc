@@ -221,6 +221,7 @@ class FailingCommunicator final : public Communicator {
   Status Launch(int32_t id, std::vector<SendBuffer> sends, std::vector<RecvBuffer> recvs) override {
     return inner_.Launch(id, std::move(sends), std::move(recvs));
   }
+  Result<bool> Test(int32_t id) override { return inner_.Test(id); }
   Status Wait(int32_t id) override {
     if (!fired_) {
       fired_ = true;
@@ -255,6 +256,13 @@ Status RunPass(const Plan& part, const Program& program, Communicator& comm, Bat
 }
 
 std::byte* AsBytes(void* data) { return static_cast<std::byte*>(data); }
+// A message in one part.
+SendBuffer SendTo(int32_t peer, const std::byte* data, size_t bytes) {
+  return {DeviceId{peer}, {std::span<const std::byte>(data, bytes)}};
+}
+RecvBuffer RecvFrom(int32_t peer, std::byte* data, size_t bytes) {
+  return {DeviceId{peer}, {std::span<std::byte>(data, bytes)}};
+}
 
 // Rank 0 sends every rank its part of the plan: first the size, then the bytes. `parts` holds one
 // encoded part per rank on rank 0 and is empty elsewhere; returns this rank's part.
@@ -264,13 +272,13 @@ Result<std::string> ScatterPlanParts(Communicator& comm, std::vector<std::string
     std::vector<SendBuffer> sends;
     for (int32_t r = 1; r < comm.size(); ++r) {
       sizes[r] = parts[r].size();
-      sends.push_back({DeviceId{r}, AsBytes(&sizes[r]), sizeof(uint64_t)});
+      sends.push_back(SendTo(r, AsBytes(&sizes[r]), sizeof(uint64_t)));
     }
     DCP_RETURN_IF_ERROR(comm.Launch(kPartSizeExchange, std::move(sends), {}));
     DCP_RETURN_IF_ERROR(comm.Wait(kPartSizeExchange));
     sends.clear();
     for (int32_t r = 1; r < comm.size(); ++r) {
-      sends.push_back({DeviceId{r}, AsBytes(parts[r].data()), parts[r].size()});
+      sends.push_back(SendTo(r, AsBytes(parts[r].data()), parts[r].size()));
     }
     DCP_RETURN_IF_ERROR(comm.Launch(kPartExchange, std::move(sends), {}));
     DCP_RETURN_IF_ERROR(comm.Wait(kPartExchange));
@@ -278,10 +286,10 @@ Result<std::string> ScatterPlanParts(Communicator& comm, std::vector<std::string
   }
   uint64_t size = 0;
   DCP_RETURN_IF_ERROR(
-      comm.Launch(kPartSizeExchange, {}, {{DeviceId{0}, AsBytes(&size), sizeof(size)}}));
+      comm.Launch(kPartSizeExchange, {}, {RecvFrom(0, AsBytes(&size), sizeof(size))}));
   DCP_RETURN_IF_ERROR(comm.Wait(kPartSizeExchange));
   std::string part(size, '\0');
-  DCP_RETURN_IF_ERROR(comm.Launch(kPartExchange, {}, {{DeviceId{0}, AsBytes(part.data()), size}}));
+  DCP_RETURN_IF_ERROR(comm.Launch(kPartExchange, {}, {RecvFrom(0, AsBytes(part.data()), size)}));
   DCP_RETURN_IF_ERROR(comm.Wait(kPartExchange));
   return part;
 }
@@ -332,12 +340,11 @@ Status GatherOutputs(Communicator& comm, const Plan& plan, BatchTensors& tensors
                         packed.insert(packed.end(), from.begin() + static_cast<ptrdiff_t>(first),
                                       from.begin() + static_cast<ptrdiff_t>(first + n));
                       });
-    DCP_RETURN_IF_ERROR(
-        comm.Launch(kGatherExchange,
-                    {{DeviceId{0}, AsBytes(packed.data()), packed.size() * sizeof(float)}}, {}));
+    DCP_RETURN_IF_ERROR(comm.Launch(
+        kGatherExchange, {SendTo(0, AsBytes(packed.data()), packed.size() * sizeof(float))}, {}));
     DCP_RETURN_IF_ERROR(comm.Wait(kGatherExchange));
     std::byte gathered{0};
-    DCP_RETURN_IF_ERROR(comm.Launch(kGatheredExchange, {}, {{DeviceId{0}, &gathered, 1}}));
+    DCP_RETURN_IF_ERROR(comm.Launch(kGatheredExchange, {}, {RecvFrom(0, &gathered, 1)}));
     return comm.Wait(kGatheredExchange);
   }
   std::vector<std::vector<float>> packed(static_cast<size_t>(comm.size()));
@@ -346,7 +353,7 @@ Status GatherOutputs(Communicator& comm, const Plan& plan, BatchTensors& tensors
     size_t floats = 0;
     ForEachOwnedRange(plan, r, [&](auto, size_t, size_t n) { floats += n; });
     packed[r].resize(floats);
-    recvs.push_back({DeviceId{r}, AsBytes(packed[r].data()), floats * sizeof(float)});
+    recvs.push_back(RecvFrom(r, AsBytes(packed[r].data()), floats * sizeof(float)));
   }
   DCP_RETURN_IF_ERROR(comm.Launch(kGatherExchange, {}, std::move(recvs)));
   DCP_RETURN_IF_ERROR(comm.Wait(kGatherExchange));
@@ -360,7 +367,7 @@ Status GatherOutputs(Communicator& comm, const Plan& plan, BatchTensors& tensors
   }
   const std::byte gathered{1};
   std::vector<SendBuffer> sends;
-  for (int32_t r = 1; r < comm.size(); ++r) sends.push_back({DeviceId{r}, &gathered, 1});
+  for (int32_t r = 1; r < comm.size(); ++r) sends.push_back(SendTo(r, &gathered, 1));
   DCP_RETURN_IF_ERROR(comm.Launch(kGatheredExchange, std::move(sends), {}));
   return comm.Wait(kGatheredExchange);
 }

@@ -40,8 +40,9 @@ Status FinishTogether(Communicator& comm) {
   std::vector<RecvBuffer> recvs;
   for (int32_t peer = 0; peer < comm.size(); ++peer) {
     if (peer == comm.rank()) continue;
-    sends.push_back({DeviceId{peer}, &out[static_cast<size_t>(peer)], 1});
-    recvs.push_back({DeviceId{peer}, &in[static_cast<size_t>(peer)], 1});
+    sends.push_back(
+        {DeviceId{peer}, {std::span<const std::byte>(&out[static_cast<size_t>(peer)], 1)}});
+    recvs.push_back({DeviceId{peer}, {std::span<std::byte>(&in[static_cast<size_t>(peer)], 1)}});
   }
   DCP_RETURN_IF_ERROR(comm.Launch(kFinishExchange, std::move(sends), std::move(recvs)));
   return comm.Wait(kFinishExchange);
