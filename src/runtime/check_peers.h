@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The argument checks every Communicator::Launch and Wait makes. Internal to src/runtime.
+// The argument checks every Communicator::Launch, Test and Wait makes, and the errors they
+// share. Internal to src/runtime.
 #pragma once
 
 #include <fmt/format.h>
@@ -11,8 +12,9 @@
 
 namespace dcp::internal {
 
-// Each peer of the send or receive list (`what`) in [0, size), listed once, with data for its
-// bytes. `communicator` names the kind ("local", "mpi") in the message.
+// Each peer of the send or receive list (`what`) in [0, size), listed once, each of its parts
+// with data for its bytes (an empty part may have none). `communicator` names the kind ("local",
+// "mpi") in the message.
 template <typename Buffer>
 Status CheckPeers(std::string_view communicator, int32_t rank, int32_t size, int32_t id,
                   const char* what, const std::vector<Buffer>& buffers) {
@@ -29,19 +31,29 @@ Status CheckPeers(std::string_view communicator, int32_t rank, int32_t size, int
       return Status::InvalidArgument(fmt::format("{} peer {} is listed twice", where, peer));
     }
     seen[static_cast<size_t>(peer)] = true;
-    if (buffer.bytes > 0 && buffer.data == nullptr) {
-      return Status::InvalidArgument(fmt::format("{} buffer for peer {} has {} bytes but no data",
-                                                 where, peer, buffer.bytes));
+    for (size_t k = 0; k < buffer.parts.size(); ++k) {
+      if (!buffer.parts[k].empty() && buffer.parts[k].data() == nullptr) {
+        return Status::InvalidArgument(
+            fmt::format("{} part {} for peer {} has {} bytes but no data", where, k, peer,
+                        buffer.parts[k].size()));
+      }
     }
   }
   return Status::Ok();
 }
 
-// What Communicator::Wait returns for an id with no exchange pending.
-inline Status NotLaunched(std::string_view communicator, int32_t rank, int32_t id) {
-  return Status::InvalidArgument(fmt::format(
-      "{} communicator rank {}: Wait(id {}): id {} was never launched (or was already waited on)",
-      communicator, rank, id, id));
+// What Communicator::Wait and Test (`call`) return for an id with no exchange pending.
+inline Status NotLaunched(std::string_view communicator, int32_t rank, std::string_view call,
+                          int32_t id) {
+  return Status::InvalidArgument(
+      fmt::format("{} communicator rank {}: {}(id {}): id {} was never launched (or was already "
+                  "completed)",
+                  communicator, rank, call, id, id));
+}
+
+// What every call returns once `failed_rank` has failed for `reason`.
+inline Status PeerFailed(int32_t failed_rank, std::string_view reason) {
+  return Status::CommFailure(fmt::format("rank {} failed: {}", failed_rank, reason));
 }
 
 }  // namespace dcp::internal

@@ -352,14 +352,14 @@ class DeviceRun {
         const std::byte* begin = Slot(p.slots[k]);
         buffer.insert(buffer.end(), begin, begin + p.bytes[k]);
       }
-      sends.push_back({p.peer, buffer.data(), buffer.size()});
+      sends.push_back({p.peer, {std::span<const std::byte>(buffer)}});
     }
     for (const PeerSlots& p : l.recvs) {
       int64_t bytes = 0;
       for (int64_t b : p.bytes) bytes += b;
       std::vector<std::byte>& buffer = x.recv.emplace_back(static_cast<size_t>(bytes));
       x.recv_lists.push_back(&p);
-      recvs.push_back({p.peer, buffer.data(), buffer.size()});
+      recvs.push_back({p.peer, {std::span<std::byte>(buffer)}});
     }
     return comm_.Launch(l.id, std::move(sends), std::move(recvs));
   }
@@ -421,7 +421,10 @@ Status ExecuteProgram(const Plan& plan, const Program& program, Communicator& co
   ExecutionProfile local;
   ExecutionProfile& p = profile != nullptr ? *profile : local;
   p = {};
-  Status s = DeviceRun(plan, program, comm, tensors, options).Run(p);
+  // Fail before the run's buffers go: the communicator gives up on the exchanges still pending
+  // on them (it sends and receives in place).
+  DeviceRun run(plan, program, comm, tensors, options);
+  Status s = run.Run(p);
   p.total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!s.ok()) comm.Fail(s);
   return s;
