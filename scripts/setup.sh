@@ -9,7 +9,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev
   libtrilinos-zoltan-dev libopenmpi-dev openmpi-bin
-  libopenblas-serial-dev
+  libopenblas-openmp-dev
 )
 
 missing=()

@@ -166,9 +166,8 @@ class KernelBackend {
   KernelBackend() = default;
 };
 
-// The CPU kernels: FlashAttention's tiling with OpenBLAS SGEMM (its single-threaded build), fp32
-// arithmetic. They start no threads and change no process-wide state: every GEMM runs on the
-// calling thread.
+// The CPU kernels: FlashAttention's tiling with OpenBLAS SGEMM, fp32 arithmetic. They start no
+// threads and change no process-wide state: every GEMM runs on the calling thread.
 std::unique_ptr<KernelBackend> MakeCpuBackend();
 
 // The CPU tile kernels themselves, one tile per call (ForwardTile / BackwardTile semantics).

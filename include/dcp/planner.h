@@ -41,7 +41,8 @@ struct PlanOptions {
   // Nodes x devices per node; the plan has one forward and one backward program per device.
   Topology topology = {.nodes = 1, .devices_per_node = 1};
   // The cluster the plan is costed for: the scheduler's division cost model, the division and
-  // candidate searches. Its devices_per_node need not match the topology's.
+  // candidate searches. When a search simulates plans on it, its devices_per_node must be the
+  // topology's.
   ClusterSpec cluster = {};
 
   // --- Blocking.

@@ -185,6 +185,14 @@ Status PlanOptions::Validate() const {
     return Status::InvalidArgument(
         fmt::format("PlanOptions.threads {} must be in [1, {}]", threads, kMaxThreads));
   }
+  const bool simulates = division_choice == DivisionChoice::kSimulate ||
+                         !candidate_block_sizes.empty() || !candidate_tolerances.empty();
+  if (simulates && cluster.devices_per_node != topology.devices_per_node) {
+    return Status::InvalidArgument(fmt::format(
+        "PlanOptions: the search simulates plans on cluster '{}' of {} devices per node, but the "
+        "topology {} has {}",
+        cluster.name, cluster.devices_per_node, topology.ToString(), topology.devices_per_node));
+  }
   if (memory_budget_bytes < 0) {
     return Status::InvalidArgument(fmt::format(
         "PlanOptions.memory_budget_bytes {} must be >= 0 (0: no budget)", memory_budget_bytes));

@@ -1,11 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// The argument checks every Communicator::Launch and Wait makes. Internal to src/runtime.
+// The argument checks every Communicator::Launch, Test and Wait makes, and the errors they
+// share. Internal to src/runtime.
 #pragma once
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <cstddef>
 #include <string_view>
 #include <vector>
 
@@ -13,8 +12,9 @@
 
 namespace dcp::internal {
 
-// Each peer of the send or receive list (`what`) in [0, size), listed once, with data for its
-// bytes. `communicator` names the kind ("local", "mpi") in the message.
+// Each peer of the send or receive list (`what`) in [0, size), listed once, each of its parts
+// with data for its bytes (an empty part may have none). `communicator` names the kind ("local",
+// "mpi") in the message.
 template <typename Buffer>
 Status CheckPeers(std::string_view communicator, int32_t rank, int32_t size, int32_t id,
                   const char* what, const std::vector<Buffer>& buffers) {
@@ -31,36 +31,29 @@ Status CheckPeers(std::string_view communicator, int32_t rank, int32_t size, int
       return Status::InvalidArgument(fmt::format("{} peer {} is listed twice", where, peer));
     }
     seen[static_cast<size_t>(peer)] = true;
-    for (const auto& part : buffer.parts) {
-      if (!part.empty() && part.data() == nullptr) {
-        return Status::InvalidArgument(fmt::format(
-            "{} buffer for peer {} has a part of {} bytes but no data", where, peer, part.size()));
+    for (size_t k = 0; k < buffer.parts.size(); ++k) {
+      if (!buffer.parts[k].empty() && buffer.parts[k].data() == nullptr) {
+        return Status::InvalidArgument(
+            fmt::format("{} part {} for peer {} has {} bytes but no data", where, k, peer,
+                        buffer.parts[k].size()));
       }
     }
   }
   return Status::Ok();
 }
 
-// The parts of a message back to back, and the other way.
-template <typename Parts>
-std::vector<std::byte> Gathered(const Parts& parts) {
-  std::vector<std::byte> out;
-  for (const auto& part : parts) out.insert(out.end(), part.begin(), part.end());
-  return out;
-}
-template <typename Parts>
-void Scatter(const std::byte* from, const Parts& parts) {
-  for (const auto& part : parts) {
-    std::copy_n(from, part.size(), part.data());
-    from += part.size();
-  }
+// What Communicator::Wait and Test (`call`) return for an id with no exchange pending.
+inline Status NotLaunched(std::string_view communicator, int32_t rank, std::string_view call,
+                          int32_t id) {
+  return Status::InvalidArgument(
+      fmt::format("{} communicator rank {}: {}(id {}): id {} was never launched (or was already "
+                  "completed)",
+                  communicator, rank, call, id, id));
 }
 
-// What Communicator::Wait returns for an id with no exchange pending.
-inline Status NotLaunched(std::string_view communicator, int32_t rank, int32_t id) {
-  return Status::InvalidArgument(fmt::format(
-      "{} communicator rank {}: Wait(id {}): id {} was never launched (or was already waited on)",
-      communicator, rank, id, id));
+// What every call returns once `failed_rank` has failed for `reason`.
+inline Status PeerFailed(int32_t failed_rank, std::string_view reason) {
+  return Status::CommFailure(fmt::format("rank {} failed: {}", failed_rank, reason));
 }
 
 }  // namespace dcp::internal

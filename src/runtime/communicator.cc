@@ -1,18 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
+// What every communicator shares: the sizes of the messages it moves.
 #include "dcp/communicator.h"
 
 namespace dcp {
+namespace {
 
-size_t SendBuffer::bytes() const {
-  size_t total = 0;
-  for (const auto& part : parts) total += part.size();
-  return total;
+template <typename Part>
+size_t SumOfParts(const std::vector<Part>& parts) {
+  size_t bytes = 0;
+  for (const Part& part : parts) bytes += part.size();
+  return bytes;
 }
 
-size_t RecvBuffer::bytes() const {
-  size_t total = 0;
-  for (const auto& part : parts) total += part.size();
-  return total;
-}
+}  // namespace
+
+size_t SendBuffer::bytes() const { return SumOfParts(parts); }
+size_t RecvBuffer::bytes() const { return SumOfParts(parts); }
 
 }  // namespace dcp

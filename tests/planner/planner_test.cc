@@ -65,6 +65,7 @@ TEST(PlanBatch, ChoosesTheBlockSizeWhenAskedTo) {
 TEST(PlanBatch, CandidateSearchKeepsTheFastestCandidateWhateverTheThreads) {
   const Batch batch = TestBatch();
   PlanOptions options = On2x4([](PlanOptions& o) {
+    o.cluster.devices_per_node = 4;
     o.candidate_block_sizes = {256, 512, 1024};
     o.candidate_tolerances = {{0.1, 0.4}, {0.05, 0.05}};
   });
@@ -85,6 +86,7 @@ TEST(PlanBatch, CandidateSearchKeepsTheFastestCandidateWhateverTheThreads) {
   auto threaded = PlanBatch(batch, options);
   ASSERT_TRUE(single.ok()) << single.status().ToString();
   ASSERT_TRUE(threaded.ok()) << threaded.status().ToString();
+
   EXPECT_DOUBLE_EQ(single->simulated_s, fastest);
   EXPECT_EQ(single->plan, threaded->plan);
   EXPECT_EQ(single->candidate, threaded->candidate);
@@ -117,7 +119,9 @@ TEST(PlanBatch, RejectsBadOptionsNamingThem) {
       {On2x4([](PlanOptions& o) { o.memory_budget_bytes = -1; }), "memory_budget_bytes"},
       {On2x4([](PlanOptions& o) { o.block_size = -4; }), "block_size"},
       {On2x4([](PlanOptions& o) { o.candidate_block_sizes = {0}; }), "candidate_block_sizes"},
-      {On2x4([](PlanOptions& o) { o.topology.nodes = 0; }), "topology"}};
+      {On2x4([](PlanOptions& o) { o.topology.nodes = 0; }), "topology"},
+      {On2x4([](PlanOptions& o) { o.division_choice = DivisionChoice::kSimulate; }),
+       "cluster 'p4de' of 8 devices per node"}};
   for (const auto& [options, field] : cases) {
     auto planned = PlanBatch(batch, options);
     EXPECT_EQ(planned.status().code(), StatusCode::kInvalidArgument) << field;

@@ -7,6 +7,7 @@
 // accumulators, and concurrent calls from several threads. The reference is written here, per
 // element in double precision, and shares nothing with the kernels.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -216,6 +217,20 @@ Problem MakeProblem(int64_t q_tokens, int64_t kv_tokens, int64_t heads, int64_t 
 
 // Row counts around the chunk boundaries of each GQA ratio (chunks of 128, 32 and 16 tokens for
 // groups 1, 4 and 8) and column counts around the piece width, causal and full.
+// The kernels run their GEMMs on the calling thread and leave the thread's OpenMP setting (from
+// which the OpenMP build of OpenBLAS takes its thread count) as they found it.
+TEST(AttendKernel, LeavesTheCallersThreadSettingAsItFoundIt) {
+  Problem p = MakeProblem(300, 300, 8, 2, 64, DType::kFloat32);
+  p.slices = {Causal(300, 300)};
+  FillValues(p, 5, 2.0f);
+  omp_set_num_threads(3);
+  CheckAgainstReference(p);
+  EXPECT_EQ(omp_get_max_threads(), 3);
+  omp_set_num_threads(1);
+  CheckAgainstReference(p);
+  EXPECT_EQ(omp_get_max_threads(), 1);
+}
+
 TEST(AttendKernel, CausalAndFullTilesAcrossChunkAndPieceBoundaries) {
   struct Heads {
     int64_t heads, kv_heads;

@@ -14,6 +14,7 @@
 #include "testing/end_to_end.h"
 #include "testing/faulty_communicator.h"
 #include "testing/local_run.h"
+#include "testing/mpi_environment.h"
 #include "testing/recording_backend.h"
 
 namespace dcp {

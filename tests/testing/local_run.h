@@ -20,6 +20,10 @@ struct LocalRunOptions {
   // Local tensors with this many unused elements after every token (a strided layout).
   int64_t token_padding = 0;
   double timeout_s = 30.0;
+  // After backward, every device exchanges one byte with every other one, as the next collective
+  // of a training step would: a device that fails after its last exchange of the plan is then
+  // noticed by every other device too.
+  bool finish_together = false;
   // A device's kernel backend (default: the CPU backend).
   std::function<std::unique_ptr<KernelBackend>(int32_t device)> make_backend = {};
   // The plan a device runs (default: the whole plan); an error is that device's own failure.
@@ -78,6 +82,22 @@ class LocalBuffer {
   std::vector<std::byte> bytes_;
 };
 
+// One byte to and from every other device.
+inline Status FinishTogether(Communicator& comm) {
+  constexpr int32_t kFinishExchange = 1 << 20;  // far from the programs' own ids
+  std::vector<std::byte> out(static_cast<size_t>(comm.size()), std::byte{1});
+  std::vector<std::byte> in(static_cast<size_t>(comm.size()));
+  std::vector<SendBuffer> sends;
+  std::vector<RecvBuffer> recvs;
+  for (int32_t peer = 0; peer < comm.size(); ++peer) {
+    if (peer == comm.rank()) continue;
+    sends.push_back({DeviceId{peer}, {{&out[static_cast<size_t>(peer)], 1}}});
+    recvs.push_back({DeviceId{peer}, {{&in[static_cast<size_t>(peer)], 1}}});
+  }
+  DCP_RETURN_IF_ERROR(comm.Launch(kFinishExchange, std::move(sends), std::move(recvs)));
+  return comm.Wait(kFinishExchange);
+}
+
 // Forward then backward of one device on its dispatched tensors; outputs go back into `batch`
 // under `mutex`.
 inline Status RunOneDevice(const Plan& plan, int32_t d, BatchTensors& batch,
@@ -108,6 +128,7 @@ inline Status RunOneDevice(const Plan& plan, int32_t d, BatchTensors& batch,
   local.lse = lse.Read();
   local.dq = dq.Read();
   local.dkv = dkv.Read();
+  if (options.finish_together) DCP_RETURN_IF_ERROR(FinishTogether(comm));
   std::lock_guard lock(mutex);
   local.Undispatch(plan, DeviceId{d}, batch);
   return Status::Ok();

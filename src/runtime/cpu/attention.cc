@@ -4,6 +4,7 @@
 // throughout. Thread safety: calls on distinct output buffers may run concurrently; each thread
 // has its own scratch memory, and the kernels start no threads (every GEMM runs on the caller).
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <bit>
@@ -135,13 +136,33 @@ struct ColumnRange {
   int64_t end = 0;
 };
 
+// Runs the enclosed OpenBLAS calls on the calling thread only, and leaves no trace. The kernels
+// link the OpenMP build of OpenBLAS (CMakeLists.txt), which takes each call's thread count from
+// the calling thread's OpenMP setting: one thread here, since the runtime already runs one thread
+// per device; the thread's own setting is restored after the call. (Debian's OpenBLAS 0.3.21 has
+// no per-call thread count; its pthreads build has only a process-wide one, and its serial build
+// is not safe to call from several threads at once.)
+class OneBlasThread {
+ public:
+  OneBlasThread() : before_(omp_get_max_threads()) {
+    if (before_ != 1) omp_set_num_threads(1);
+  }
+  ~OneBlasThread() {
+    if (before_ != 1) omp_set_num_threads(before_);
+  }
+  OneBlasThread(const OneBlasThread&) = delete;
+  OneBlasThread& operator=(const OneBlasThread&) = delete;
+
+ private:
+  const int before_;
+};
+
 // C = alpha * op(A) op(B) + beta * C, row-major. Leading dimensions are raised to 1 so that empty
-// matrices (head_dim 0) stay legal for cblas. The library is the single-threaded build of OpenBLAS
-// (CMakeLists.txt): every GEMM runs on the calling thread (the runtime already runs one thread per
-// device), and no process-wide thread count needs setting.
+// matrices (head_dim 0) stay legal for cblas.
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
+  const OneBlasThread one_thread;
   auto i = [](int64_t value) { return static_cast<blasint>(std::max<int64_t>(value, 1)); };
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(m), static_cast<blasint>(n),

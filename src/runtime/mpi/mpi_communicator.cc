@@ -1,27 +1,57 @@
 // SPDX-License-Identifier: Apache-2.0
 // The MPI communicator: one rank per process (one process per device), over a private duplicate
-// of MPI_COMM_WORLD. It mirrors the in-process LocalCommunicator:
-//  - Launch posts one non-blocking MPI_Isend per send and one MPI_Irecv per receive under the tag
-//    kFirstExchangeTag + id, so several exchanges may be in flight and complete in any order.
-//    MPI keeps messages of one (source, tag) in order, so an id may be reused once both sides
-//    have waited on it. Like the local communicator it copies: sends are copied at Launch and
-//    receives land in buffers of its own, copied out when Wait succeeds. An exchange given up on
-//    (a peer failed, the deadline passed) therefore never leaves MPI pointing at the caller's
-//    memory.
+// of MPI_COMM_WORLD. Copies: dcp copies no message byte; MPI reads the sender's parts and writes
+// the receiver's parts in place (its transport may copy internally: eager buffers, shared memory).
+//  - Launch posts the messages at once: one MPI_Isend per send and one MPI_Irecv per receive, on
+//    the caller's memory, under tag kFirstExchangeTag + id. A message (or chunk) in one part goes
+//    as MPI_BYTE from that part; one over several parts goes as an MPI datatype over their
+//    absolute addresses (MPI_Type_create_hindexed from MPI_BOTTOM), committed per message and
+//    freed once its request is over. MPI counts are int, so a message goes as chunks: B bytes
+//    make B / max_chunk_bytes_ chunks of max_chunk_bytes_ (1 GiB) and a last chunk of the rest,
+//    zero bytes included, each over its own stretch of the parts. As the last chunk is always
+//    shorter than the others, a sender and a receiver that disagree on the size disagree on the
+//    size of a chunk the receiver gets, whatever their chunk counts. MPI keeps the messages of
+//    one (source, tag) in order, so chunks pair up in order and launches of an id between two
+//    ranks match in launch order.
 //  - Wait polls its requests (MPI_Testsome) and the failure channel, sleeping a little between
-//    polls, and returns Timeout after MpiOptions::timeout_s without any request completing. It
-//    returns once the receives are complete: its sends, already copied, finish in the
-//    background, as the local communicator's mailboxes hold a message until its receiver takes
-//    it. So a program that runs in process never deadlocks here on the order in which two ranks
-//    wait (MPI's rendezvous protocol holds a large send until its receive is posted). Destroying
-//    the communicator gives sends still in flight until the deadline to arrive, unless a rank
-//    failed.
+//    polls, until every receive arrived and every send completed (the sender's parts are only
+//    valid until Wait returns, so MPI must be done reading them). It returns Timeout after
+//    MpiOptions::timeout_s without any request completing. Test polls once. Deadlocks: every
+//    request is posted at Launch, and polling any request drives MPI's progress for all of them,
+//    so ranks that launch ids in the same order and wait in the same order cannot wait on each
+//    other in a cycle (a large send completes once its receive is posted, at the peer's Launch).
+//  - A size mismatch is a CommFailure on the receiver, reported once its other requests
+//    completed (the mismatched message's remaining chunks are cancelled). The sender completes,
+//    unless its message had more chunks than the receiver took: those are never received, and
+//    the sender times out unless the receiver reports its failure (Fail) first.
+//    Beware: MPI reports a message longer than its receive as truncated, but Open MPI 4.1.4
+//    writes past the receive in some paths (btl self with a rendezvous message of about 1 KiB
+//    and more, seen under valgrind), so a longer message may corrupt the receiver's memory next
+//    to its parts. Checking the size first (MPI_Improbe, then MPI_Imrecv of a message whose size
+//    matches) would avoid it, at the price of matching receives while polling rather than at
+//    Launch. TODO: decide on MPI_Improbe/MPI_Imrecv for receives.
+//  - An exchange given up on (a rank failed, the deadline passed, MPI failed, the communicator
+//    was destroyed with it pending) is cancelled before Wait or Test returns: every outstanding
+//    request gets MPI_Cancel, and the receives are polled until MPI confirms them cancelled or
+//    complete, for at most min(timeout_s, kAbandonGraceSeconds) without progress. What remains
+//    after that, and what the caller must know about its memory:
+//      * sends: MPI may not cancel a send (Open MPI never does; MPI 4 deprecates it). A send
+//        whose receiver has not taken it stays posted: MPI may still read its parts if and when
+//        the receiver posts the matching receive, until the communicator is freed and MPI
+//        finalized. Small sends (MPI's eager protocol) are complete already and read nothing.
+//      * receives: a receive MPI had already matched to an incoming message and that does not
+//        finish within the grace (its sender stopped in the middle of a large message) may still
+//        be written by MPI until MPI_Finalize.
+//    The requests left over are tested on every later call and freed (MPI_Request_free) when the
+//    communicator goes. Once this rank knows of a failure (its own Fail, or a notice), every
+//    pending exchange is given up on at once, so a caller that stops there may free the parts of
+//    exchanges it launched and never waited on.
 //  - Failures travel on their own tag (kFailureTag): every rank keeps one MPI_Irecv from any
 //    source posted on it, and Fail sends the reason to every other rank. Only the rank that fails
-//    first tells the others; a rank that already heard of a failure reports that one.
+//    first tells the others; a rank that already heard of a failure reports that one. Launch,
+//    Test and Wait read the channel first and return CommFailure once a failure is known.
 // MPI is process-wide, so two things here are too: the count of live communicators (FinalizeMpi
-// refuses to run while one is alive) and the buffers of requests given up on, which MPI may still
-// touch until MPI_Finalize (a send whose receiver never took it).
+// refuses to run while one is alive) and the buffers of failure notices still in MPI's hands.
 //
 // Thread safety: one thread per MpiCommunicator (as for every Communicator); MPI is started with
 // MPI_THREAD_SERIALIZED, so different communicators may live on different threads as long as
@@ -29,7 +59,9 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -41,25 +73,32 @@
 #include <utility>
 #include <vector>
 
-#include "dcp/runtime.h"
+#include "dcp/communicator.h"
 #include "runtime/check_peers.h"
+#include "runtime/mpi/mpi_testing.h"
 
 namespace dcp {
 namespace {
 
 constexpr int kFailureTag = 0;
 constexpr int kFirstExchangeTag = 1;  // exchange `id` travels under tag kFirstExchangeTag + id
-// One MPI message carries at most this many bytes (MPI counts are int); longer buffers go as
-// several messages under the same tag, which MPI delivers in order.
+// One MPI message carries at most this many bytes (MPI counts are int); longer messages go as
+// several chunks under the same tag, which MPI delivers in order.
 constexpr size_t kMaxChunkBytes = size_t{1} << 30;
 // A failure notice carries at most this much of the reason.
 constexpr size_t kMaxReasonBytes = 4096;
+// An exchange given up on waits at most this long (and at most timeout_s) without progress for
+// MPI to confirm its receives cancelled.
+constexpr double kAbandonGraceSeconds = 1.0;
 // Wait polls this many times in a row, then sleeps between polls, the sleep doubling from
 // kMinSleep to kMaxSleep: quick exchanges stay quick, and a rank that waits long leaves the CPU to
 // ranks that compute (mpirun --oversubscribe puts several ranks on one core).
 constexpr int kSpinPolls = 64;
 constexpr std::chrono::microseconds kMinSleep{20};
 constexpr std::chrono::microseconds kMaxSleep{1000};
+
+// The chunk size of communicators made from now on; 0: kMaxChunkBytes.
+std::atomic<size_t> test_only_max_chunk_bytes{0};
 
 using Bytes = std::vector<std::byte>;
 using Clock = std::chrono::steady_clock;
@@ -85,13 +124,6 @@ std::string MpiErrorText(int code) {
   return std::string(text, static_cast<size_t>(length));
 }
 
-size_t ChunkCount(size_t bytes) {
-  return std::max<size_t>(1, (bytes + kMaxChunkBytes - 1) / kMaxChunkBytes);
-}
-int ChunkBytes(size_t bytes, size_t chunk) {
-  return static_cast<int>(std::min(kMaxChunkBytes, bytes - chunk * kMaxChunkBytes));
-}
-
 // Polls, then sleeps between polls with a growing sleep; Reset after progress.
 class Backoff {
  public:
@@ -113,10 +145,11 @@ class Backoff {
   std::chrono::microseconds sleep_ = kMinSleep;
 };
 
-// What MPI needs kept alive while it may still use it.
+// Requests MPI still owns, with the buffers of dcp's own they use (failure notices; the caller's
+// memory of an exchange given up on is not dcp's to keep).
 struct Leftover {
   std::vector<MPI_Request> requests;  // MPI_REQUEST_NULL once complete
-  std::vector<Bytes> buffers;         // the memory those requests read or write
+  std::vector<Bytes> buffers;
 };
 
 struct ProcessState {
@@ -130,28 +163,60 @@ ProcessState& Process() {
   return state;
 }
 
+// One stretch of a message's parts.
+struct Piece {
+  const std::byte* data = nullptr;
+  size_t bytes = 0;
+};
+
 // One launched exchange.
 struct Exchange {
-  struct Receive {
+  // One send or receive.
+  struct Message {
     int32_t peer = 0;
-    std::vector<std::span<std::byte>> destination;  // the caller's buffers
-    size_t bytes = 0;                  // its size
-    size_t buffer = 0;                 // index in `buffers`
-    size_t received = 0;               // bytes arrived so far
-    bool truncated = false;            // a message was longer than expected
+    bool receive = false;
+    size_t bytes = 0;                // the sum of its parts
+    size_t chunks = 0;               // MPI messages it travels as
+    Status mismatch = Status::Ok();  // a receive: CommFailure when its size differs from `bytes`
   };
-  std::vector<MPI_Request> requests;     // sends, then receives; MPI_REQUEST_NULL once complete
-  std::vector<int32_t> request_peer;     // per request
-  std::vector<int32_t> request_receive;  // per request: index in `receives`, -1 for a send
-  std::vector<size_t> request_buffer;    // per request: index in `buffers`
-  std::vector<Bytes> buffers;            // send copies and receive buffers
-  std::vector<Receive> receives;
+  // One MPI request: one chunk of one message.
+  struct Chunk {
+    size_t message = 0;                     // index in `messages`
+    size_t index = 0;                       // chunk index in its message
+    size_t bytes = 0;                       // its size
+    MPI_Datatype type = MPI_DATATYPE_NULL;  // a datatype of dcp's over several parts, or NULL
+  };
+  std::vector<Message> messages;
+  std::vector<MPI_Request> requests;  // per chunk; MPI_REQUEST_NULL once complete
+  std::vector<Chunk> chunks;          // per request
+  size_t outstanding = 0;             // requests not complete
+
+  // The first size mismatch, or OK.
+  Status Mismatch() const {
+    for (const Message& m : messages) {
+      if (!m.mismatch.ok()) return m.mismatch;
+    }
+    return Status::Ok();
+  }
 };
+
+// Frees the datatype of a chunk whose request is over (or handed to MPI for good: MPI_Type_free
+// lets pending operations on it finish).
+void FreeType(Exchange::Chunk& chunk) {
+  if (chunk.type != MPI_DATATYPE_NULL) MPI_Type_free(&chunk.type);
+  chunk.type = MPI_DATATYPE_NULL;
+}
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator(MPI_Comm comm, int32_t rank, int32_t size, double timeout_s, int32_t max_id)
-      : comm_(comm), rank_(rank), size_(size), timeout_s_(timeout_s), max_id_(max_id) {
+  MpiCommunicator(MPI_Comm comm, int32_t rank, int32_t size, double timeout_s, int32_t max_id,
+                  size_t max_chunk_bytes)
+      : comm_(comm),
+        rank_(rank),
+        size_(size),
+        timeout_s_(timeout_s),
+        max_id_(max_id),
+        max_chunk_bytes_(max_chunk_bytes) {
     std::lock_guard<std::mutex> lock(Process().mutex);
     ++Process().live_communicators;
   }
@@ -159,9 +224,6 @@ class MpiCommunicator final : public Communicator {
   ~MpiCommunicator() override {
     for (auto& [id, exchange] : pending_) Abandon(exchange);
     pending_.clear();
-    FlushSendsInFlight();
-    for (Leftover& left : in_flight_) leftover_.push_back(std::move(left));
-    in_flight_.clear();
     if (failure_request_ != MPI_REQUEST_NULL) {
       MPI_Cancel(&failure_request_);
       Leftover notice;
@@ -175,7 +237,7 @@ class MpiCommunicator final : public Communicator {
       for (MPI_Request& request : left.requests) {
         if (request != MPI_REQUEST_NULL) MPI_Request_free(&request);
       }
-      Process().leftover.push_back(std::move(left));
+      if (!left.buffers.empty()) Process().leftover.push_back(std::move(left));
     }
     MPI_Comm_free(&comm_);
     --Process().live_communicators;
@@ -198,35 +260,12 @@ class MpiCommunicator final : public Communicator {
   int32_t rank() const override { return rank_; }
   int32_t size() const override { return size_; }
 
-  // Posts the last buffer of `x` in chunks under the exchange's tag: MPI_Isend to `peer`, or, for
-  // the receive of index `receive` (>= 0), MPI_Irecv from it.
-  Status PostChunks(Exchange& x, int32_t id, int32_t peer, int32_t receive) {
-    const size_t index = x.buffers.size() - 1;
-    Bytes& buffer = x.buffers[index];
-    for (size_t c = 0; c < ChunkCount(buffer.size()); ++c) {
-      MPI_Request& request = x.requests.emplace_back(MPI_REQUEST_NULL);
-      x.request_peer.push_back(peer);
-      x.request_receive.push_back(receive);
-      x.request_buffer.push_back(index);
-      std::byte* chunk = buffer.data() + c * kMaxChunkBytes;
-      const int bytes = ChunkBytes(buffer.size(), c);
-      const int tag = kFirstExchangeTag + id;
-      const int rc = receive < 0 ? MPI_Isend(chunk, bytes, MPI_BYTE, peer, tag, comm_, &request)
-                                 : MPI_Irecv(chunk, bytes, MPI_BYTE, peer, tag, comm_, &request);
-      if (rc != MPI_SUCCESS) {
-        return Status::CommFailure(
-            fmt::format("mpi communicator rank {}: Launch(id {}): {} rank {}: {}", rank_, id,
-                        receive < 0 ? "MPI_Isend to" : "MPI_Irecv from", peer, MpiErrorText(rc)));
-      }
-    }
-    return Status::Ok();
-  }
-
   Status Launch(int32_t id, std::vector<SendBuffer> sends, std::vector<RecvBuffer> recvs) override {
+    DCP_RETURN_IF_ERROR(Failure());
     if (pending_.contains(id)) {
       return Status::InvalidArgument(fmt::format(
-          "mpi communicator rank {}: Launch(id {}): id {} is already launched and not yet waited "
-          "on",
+          "mpi communicator rank {}: Launch(id {}): id {} is already launched and not yet "
+          "completed",
           rank_, id, id));
     }
     if (id < 0 || id > max_id_) {
@@ -237,22 +276,18 @@ class MpiCommunicator final : public Communicator {
     }
     DCP_RETURN_IF_ERROR(CheckPeers(id, "send", sends));
     DCP_RETURN_IF_ERROR(CheckPeers(id, "recv", recvs));
+    DCP_RETURN_IF_ERROR(CheckPartCounts(id, "send", sends));
+    DCP_RETURN_IF_ERROR(CheckPartCounts(id, "recv", recvs));
 
     Exchange x;
     Status status;
     for (const SendBuffer& send : sends) {
       if (!status.ok()) break;
-      x.buffers.push_back(internal::Gathered(send.parts));
-      status = PostChunks(x, id, send.peer.value, /*receive=*/-1);
+      status = PostMessage(x, id, send.peer.value, /*receive=*/false, send.parts);
     }
     for (const RecvBuffer& recv : recvs) {
       if (!status.ok()) break;
-      x.receives.push_back(Exchange::Receive{.peer = recv.peer.value,
-                                             .destination = recv.parts,
-                                             .bytes = recv.bytes(),
-                                             .buffer = x.buffers.size()});
-      x.buffers.emplace_back(recv.bytes());
-      status = PostChunks(x, id, recv.peer.value, static_cast<int32_t>(x.receives.size() - 1));
+      status = PostMessage(x, id, recv.peer.value, /*receive=*/true, recv.parts);
     }
     if (!status.ok()) {
       Abandon(x);
@@ -262,26 +297,42 @@ class MpiCommunicator final : public Communicator {
     return Status::Ok();
   }
 
+  Result<bool> Test(int32_t id) override {
+    auto it = pending_.find(id);
+    if (it == pending_.end()) {
+      DCP_RETURN_IF_ERROR(Failure());
+      return internal::NotLaunched("mpi", rank_, "Test", id);
+    }
+    Exchange& x = it->second;
+    Status status = Failure();
+    if (status.ok() && x.outstanding > 0) status = Poll(id, "Test", x).status();
+    if (status.ok() && x.outstanding > 0) return false;
+    // Over, whatever the outcome.
+    Exchange over = std::move(x);
+    pending_.erase(it);
+    if (!status.ok()) {
+      Abandon(over);
+      return status;
+    }
+    DCP_RETURN_IF_ERROR(over.Mismatch());
+    return true;
+  }
+
   Status Wait(int32_t id) override {
     auto it = pending_.find(id);
-    if (it == pending_.end()) return internal::NotLaunched("mpi", rank_, id);
+    if (it == pending_.end()) {
+      DCP_RETURN_IF_ERROR(Failure());
+      return internal::NotLaunched("mpi", rank_, "Wait", id);
+    }
     // The exchange is over once Wait returns, whatever the outcome.
     Exchange x = std::move(it->second);
     pending_.erase(it);
-    Status status = Complete(id, x);
+    const Status status = Complete(id, x);
     if (!status.ok()) {
       Abandon(x);
       return status;
     }
-    for (const Exchange::Receive& r : x.receives) {
-      internal::Scatter(x.buffers[r.buffer].data(), r.destination);
-    }
-    KeepSendsInFlight(x);
-    return Status::Ok();
-  }
-
-  Result<bool> Test(int32_t id) override {
-    return Status::Unsupported(fmt::format("mpi communicator: Test({}) is not implemented", id));
+    return x.Mismatch();
   }
 
   void Fail(const Status& reason) override {
@@ -289,6 +340,7 @@ class MpiCommunicator final : public Communicator {
     if (failed_rank_ >= 0) return;  // the first failure this rank knows of is the one reported
     failed_rank_ = rank_;
     failure_reason_ = reason.ToString();  // with the code: the other ranks print it as it is
+    AbandonPending();
     const size_t bytes = std::min(failure_reason_.size(), kMaxReasonBytes);
     Leftover notices;
     for (int32_t peer = 0; peer < size_; ++peer) {
@@ -307,135 +359,238 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  // Posts one message, chunk by chunk, on the caller's parts: MPI_Isend to `peer`, or MPI_Irecv
+  // from it.
+  template <typename Byte>
+  Status PostMessage(Exchange& x, int32_t id, int32_t peer, bool receive,
+                     const std::vector<std::span<Byte>>& parts) {
+    size_t bytes = 0;
+    for (const std::span<Byte>& part : parts) bytes += part.size();
+    const size_t chunks = bytes / max_chunk_bytes_ + 1;  // the last one shorter than the others
+    const size_t m = x.messages.size();
+    x.messages.push_back(
+        Exchange::Message{.peer = peer, .receive = receive, .bytes = bytes, .chunks = chunks});
+
+    size_t part = 0, offset = 0;  // where the next chunk starts
+    std::vector<Piece> pieces;
+    for (size_t c = 0; c < chunks; ++c) {
+      const size_t chunk_bytes = std::min(max_chunk_bytes_, bytes - c * max_chunk_bytes_);
+      pieces.clear();
+      for (size_t need = chunk_bytes; need > 0;) {
+        const size_t available = parts[part].size() - offset;
+        if (available == 0) {  // an empty part, or the end of one
+          ++part;
+          offset = 0;
+          continue;
+        }
+        const size_t n = std::min(available, need);
+        pieces.push_back(Piece{reinterpret_cast<const std::byte*>(parts[part].data()) + offset, n});
+        offset += n;
+        need -= n;
+      }
+      Exchange::Chunk chunk{.message = m, .index = c, .bytes = chunk_bytes};
+      MPI_Request request = MPI_REQUEST_NULL;
+      const Status posted = PostChunk(id, peer, receive, pieces, chunk, request);
+      if (!posted.ok()) {
+        FreeType(chunk);
+        return posted;
+      }
+      x.requests.push_back(request);
+      x.chunks.push_back(chunk);
+      ++x.outstanding;
+    }
+    return Status::Ok();
+  }
+
+  // Posts one chunk over `pieces`: MPI_BYTE from the one piece, or a datatype of absolute
+  // addresses over several (set in chunk.type, to be freed once the request is over).
+  Status PostChunk(int32_t id, int32_t peer, bool receive, const std::vector<Piece>& pieces,
+                   Exchange::Chunk& chunk, MPI_Request& request) {
+    const auto failed = [&](const char* what, int rc) {
+      return Status::CommFailure(
+          fmt::format("mpi communicator rank {}: Launch(id {}): {} ({} "
+                      "rank {}): {}",
+                      rank_, id, what, receive ? "from" : "to", peer, MpiErrorText(rc)));
+    };
+    void* buffer = &empty_;  // a zero-byte chunk points at something all the same
+    int count = 0;
+    MPI_Datatype type = MPI_BYTE;
+    if (pieces.size() == 1) {
+      buffer = const_cast<std::byte*>(pieces[0].data);  // MPI_Irecv writes, MPI_Isend only reads
+      count = static_cast<int>(pieces[0].bytes);        // <= max_chunk_bytes_ <= INT_MAX
+    } else if (pieces.size() > 1) {
+      std::vector<int> lengths(pieces.size());
+      std::vector<MPI_Aint> addresses(pieces.size());
+      for (size_t k = 0; k < pieces.size(); ++k) {
+        lengths[k] = static_cast<int>(pieces[k].bytes);
+        if (const int rc = MPI_Get_address(pieces[k].data, &addresses[k]); rc != MPI_SUCCESS) {
+          return failed("MPI_Get_address", rc);
+        }
+      }
+      // pieces.size() <= parts of the message, checked to fit an int at Launch.
+      int rc = MPI_Type_create_hindexed(static_cast<int>(pieces.size()), lengths.data(),
+                                        addresses.data(), MPI_BYTE, &chunk.type);
+      if (rc != MPI_SUCCESS) {
+        chunk.type = MPI_DATATYPE_NULL;
+        return failed("MPI_Type_create_hindexed", rc);
+      }
+      if (rc = MPI_Type_commit(&chunk.type); rc != MPI_SUCCESS)
+        return failed("MPI_Type_commit", rc);
+      buffer = MPI_BOTTOM;
+      count = 1;
+      type = chunk.type;
+    }
+    const int tag = kFirstExchangeTag + id;
+    const int rc = receive ? MPI_Irecv(buffer, count, type, peer, tag, comm_, &request)
+                           : MPI_Isend(buffer, count, type, peer, tag, comm_, &request);
+    if (rc != MPI_SUCCESS) {
+      request = MPI_REQUEST_NULL;
+      return failed(receive ? "MPI_Irecv" : "MPI_Isend", rc);
+    }
+    return Status::Ok();
+  }
+
   // Polls the exchange until every request completed, a failure is known or the deadline passed.
+  // A size mismatch is not an error here (see Exchange::Mismatch), except at the deadline.
   Status Complete(int32_t id, Exchange& x) {
-    const size_t n = x.requests.size();
-    std::vector<int> indices(n);
-    std::vector<MPI_Status> statuses(n);
-    size_t remaining =
-        static_cast<size_t>(std::count_if(x.request_receive.begin(), x.request_receive.end(),
-                                          [](int32_t receive) { return receive >= 0; }));
     Backoff backoff;
     auto last_progress = Clock::now();
     while (true) {
-      PollFailure();
-      if (failed_rank_ >= 0) {
-        return Status::CommFailure(
-            fmt::format("rank {} failed: {}", failed_rank_, failure_reason_));
-      }
-      if (remaining == 0) break;
-      int done = 0;
-      const int rc = MPI_Testsome(static_cast<int>(n), x.requests.data(), &done, indices.data(),
-                                  statuses.data());
-      if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
-        return Status::CommFailure(
-            fmt::format("mpi communicator rank {}: Wait(id {}): {}", rank_, id, MpiErrorText(rc)));
-      }
-      if (done == MPI_UNDEFINED) done = 0;
-      for (int k = 0; k < done; ++k) {
-        const auto i = static_cast<size_t>(indices[k]);
-        DCP_RETURN_IF_ERROR(Completed(id, x, i, statuses[k], rc == MPI_ERR_IN_STATUS));
-        if (x.request_receive[i] >= 0) --remaining;
-      }
+      DCP_RETURN_IF_ERROR(Failure());
+      if (x.outstanding == 0) return Status::Ok();
+      DCP_ASSIGN_OR_RETURN(const int done, Poll(id, "Wait", x));
       if (done > 0) {  // progress: the no-progress deadline starts over
         last_progress = Clock::now();
         backoff.Reset();
         continue;
       }
-      if (SecondsSince(last_progress) >= timeout_s_) return TimedOut(id, x);
+      if (SecondsSince(last_progress) >= timeout_s_) {
+        DCP_RETURN_IF_ERROR(x.Mismatch());  // the cause of what is missing, if it is known
+        return TimedOut(id, x);
+      }
       ReapLeftover();
       backoff.Pause();
     }
-    for (const Exchange::Receive& r : x.receives) {
-      if (r.truncated) {
-        return Status::CommFailure(fmt::format(
-            "mpi communicator rank {}: Wait(id {}): message from peer {} is longer than its "
-            "receive buffer of {} bytes",
-            rank_, id, r.peer, r.bytes));
-      }
-      if (r.received != r.bytes) {
-        return Status::CommFailure(fmt::format(
-            "mpi communicator rank {}: Wait(id {}): message from peer {} has {} bytes but its "
-            "receive buffer has {} bytes",
-            rank_, id, r.peer, r.received, r.bytes));
-      }
-    }
-    return Status::Ok();
   }
 
-  // Books request `i` of the exchange as complete.
-  Status Completed(int32_t id, Exchange& x, size_t i, const MPI_Status& status, bool check_error) {
-    const int32_t receive = x.request_receive[i];
+  // Tests the exchange's requests once and books those complete; returns how many completed.
+  Result<int> Poll(int32_t id, const char* call, Exchange& x) {
+    const size_t n = x.requests.size();
+    indices_.resize(n);
+    statuses_.resize(n);
+    int done = 0;
+    const int rc = MPI_Testsome(static_cast<int>(n), x.requests.data(), &done, indices_.data(),
+                                statuses_.data());
+    if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
+      return Status::CommFailure(fmt::format("mpi communicator rank {}: {}(id {}): {}", rank_, call,
+                                             id, MpiErrorText(rc)));
+    }
+    if (done == MPI_UNDEFINED) done = 0;
+    Status status;
+    for (int k = 0; k < done; ++k) {
+      const auto i = static_cast<size_t>(indices_[static_cast<size_t>(k)]);
+      --x.outstanding;
+      const Status booked =
+          Completed(id, call, x, i, statuses_[static_cast<size_t>(k)], rc == MPI_ERR_IN_STATUS);
+      if (status.ok()) status = booked;
+    }
+    if (!status.ok()) return status;
+    return done;
+  }
+
+  // Books request `i` of the exchange as complete: a receive checks the size of what arrived.
+  Status Completed(int32_t id, const char* call, Exchange& x, size_t i, const MPI_Status& status,
+                   bool check_error) {
+    Exchange::Chunk& chunk = x.chunks[i];
+    Exchange::Message& message = x.messages[chunk.message];
+    int cancelled = 0;
+    MPI_Test_cancelled(&status, &cancelled);
+    if (cancelled) {
+      FreeType(chunk);
+      return Status::Ok();
+    }
+    bool truncated = false;
     if (check_error && status.MPI_ERROR != MPI_SUCCESS) {
       int error_class = 0;
       MPI_Error_class(status.MPI_ERROR, &error_class);
-      if (receive >= 0 && error_class == MPI_ERR_TRUNCATE) {
-        x.receives[static_cast<size_t>(receive)].truncated = true;
-        return Status::Ok();
+      if (!message.receive || error_class != MPI_ERR_TRUNCATE) {
+        FreeType(chunk);
+        return Status::CommFailure(
+            fmt::format("mpi communicator rank {}: {}(id {}): {} rank {}: {}", rank_, call, id,
+                        message.receive ? "receiving from" : "sending to", message.peer,
+                        MpiErrorText(status.MPI_ERROR)));
       }
-      return Status::CommFailure(
-          fmt::format("mpi communicator rank {}: Wait(id {}): {} rank {}: {}", rank_, id,
-                      receive >= 0 ? "receiving from" : "sending to", x.request_peer[i],
-                      MpiErrorText(status.MPI_ERROR)));
+      truncated = true;
     }
-    if (receive >= 0) {
-      int count = 0;
-      MPI_Get_count(&status, MPI_BYTE, &count);
-      x.receives[static_cast<size_t>(receive)].received += static_cast<size_t>(std::max(count, 0));
+    if (message.receive && message.mismatch.ok()) {
+      MPI_Count arrived = 0;
+      if (!truncated) {
+        MPI_Get_elements_x(&status, chunk.type != MPI_DATATYPE_NULL ? chunk.type : MPI_BYTE,
+                           &arrived);
+      }
+      if (truncated || arrived != static_cast<MPI_Count>(chunk.bytes)) {
+        message.mismatch = SizeMismatch(id, message, chunk, truncated, arrived);
+        CancelMessage(x, chunk.message);
+      }
     }
+    FreeType(chunk);
     return Status::Ok();
   }
 
-  Status TimedOut(int32_t id, const Exchange& x) const {
-    std::vector<int32_t> missing;
-    for (size_t i = 0; i < x.requests.size(); ++i) {
-      if (x.requests[i] == MPI_REQUEST_NULL || x.request_receive[i] < 0) continue;
-      if (missing.empty() || missing.back() != x.request_peer[i]) {
-        missing.push_back(x.request_peer[i]);
+  Status SizeMismatch(int32_t id, const Exchange::Message& message, const Exchange::Chunk& chunk,
+                      bool truncated, MPI_Count arrived) const {
+    const std::string where = fmt::format(
+        "mpi communicator rank {}: exchange id {}: message from peer {}", rank_, id, message.peer);
+    if (message.chunks == 1) {
+      if (truncated) {
+        return Status::CommFailure(
+            fmt::format("{} is longer than its receive buffer of {} bytes", where, message.bytes));
       }
+      return Status::CommFailure(fmt::format("{} has {} bytes but its receive buffer has {} bytes",
+                                             where, arrived, message.bytes));
     }
-    return Status::Timeout(fmt::format(
-        "mpi communicator rank {}: Wait(id {}): no progress for {} s; still missing messages "
-        "from peers {}",
-        rank_, id, timeout_s_, JoinRanks(missing)));
+    return Status::CommFailure(fmt::format(
+        "{} does not match its receive buffer of {} bytes: chunk {} of {} expected {} bytes and "
+        "{}",
+        where, message.bytes, chunk.index, message.chunks, chunk.bytes,
+        truncated ? std::string("got more") : fmt::format("got {}", arrived)));
   }
 
-  // After a successful Wait: the sends not finished yet go on in the background, with their
-  // copies.
-  void KeepSendsInFlight(Exchange& x) {
-    Leftover left;
-    std::vector<bool> kept(x.buffers.size(), false);
+  // Cancels the outstanding requests of one message (a receive whose size is known wrong).
+  void CancelMessage(Exchange& x, size_t message) {
+    for (size_t i = 0; i < x.requests.size(); ++i) {
+      if (x.chunks[i].message == message && x.requests[i] != MPI_REQUEST_NULL) {
+        MPI_Cancel(&x.requests[i]);
+      }
+    }
+  }
+
+  Status TimedOut(int32_t id, const Exchange& x) const {
+    std::vector<int32_t> missing, undelivered;
     for (size_t i = 0; i < x.requests.size(); ++i) {
       if (x.requests[i] == MPI_REQUEST_NULL) continue;
-      left.requests.push_back(x.requests[i]);
-      x.requests[i] = MPI_REQUEST_NULL;
-      const size_t buffer = x.request_buffer[i];
-      if (!kept[buffer]) left.buffers.push_back(std::move(x.buffers[buffer]));
-      kept[buffer] = true;
+      const Exchange::Message& message = x.messages[x.chunks[i].message];
+      std::vector<int32_t>& peers = message.receive ? missing : undelivered;
+      if (std::find(peers.begin(), peers.end(), message.peer) == peers.end()) {
+        peers.push_back(message.peer);
+      }
     }
-    if (!left.requests.empty()) in_flight_.push_back(std::move(left));
-    ReapLeftover();
+    std::string what;
+    if (!missing.empty()) what = "still missing messages from peers " + JoinRanks(missing);
+    if (!undelivered.empty()) {
+      if (!what.empty()) what += "; ";
+      what += "peers " + JoinRanks(undelivered) + " have not received their messages";
+    }
+    return Status::Timeout(
+        fmt::format("mpi communicator rank {}: Wait(id {}): no progress for {} s; {}", rank_, id,
+                    timeout_s_, what));
   }
 
-  // Gives the sends in flight until the no-progress deadline to arrive, unless a rank failed
-  // (then nobody waits for them).
-  void FlushSendsInFlight() {
-    Backoff backoff;
-    auto last_progress = Clock::now();
-    size_t left = in_flight_.size();
-    while (!in_flight_.empty()) {
-      PollFailure();
-      if (failed_rank_ >= 0) return;
-      ReapLeftover();
-      if (in_flight_.size() < left) {
-        left = in_flight_.size();
-        last_progress = Clock::now();
-        backoff.Reset();
-        continue;
-      }
-      if (SecondsSince(last_progress) >= timeout_s_) return;
-      backoff.Pause();
-    }
+  // CommFailure naming the failed rank once one is known (the channel is read first), or OK.
+  Status Failure() {
+    PollFailure();
+    if (failed_rank_ < 0) return Status::Ok();
+    return internal::PeerFailed(failed_rank_, failure_reason_);
   }
 
   // Reads the failure channel; records the first notice.
@@ -451,36 +606,74 @@ class MpiCommunicator final : public Communicator {
     failure_reason_.assign(
         reinterpret_cast<const char*>(failure_buffer_.data()),
         static_cast<size_t>(std::clamp(count, 0, static_cast<int>(kMaxReasonBytes))));
+    AbandonPending();
   }
 
-  // Gives up on an exchange: its receives are cancelled, and whatever MPI has not finished is
-  // kept, with its buffers, until it does.
+  // Once a failure is known, every pending exchange is given up on at once (they stay pending,
+  // to report the failure): a caller that stops at the failure may free their parts without
+  // waiting on them.
+  void AbandonPending() {
+    for (auto& [id, exchange] : pending_) Abandon(exchange);
+  }
+
+  // Gives up on an exchange: every outstanding request is cancelled, and the receives are polled
+  // until MPI confirms them over or nothing moved for the grace period (see the file comment for
+  // what may remain). What is still outstanding then stays with MPI, in leftover_.
   void Abandon(Exchange& x) {
+    for (MPI_Request& request : x.requests) {
+      if (request != MPI_REQUEST_NULL) MPI_Cancel(&request);
+    }
+    const auto receives_outstanding = [&] {
+      for (size_t i = 0; i < x.requests.size(); ++i) {
+        if (x.requests[i] != MPI_REQUEST_NULL && x.messages[x.chunks[i].message].receive) {
+          return true;
+        }
+      }
+      return false;
+    };
+    const double grace_s = std::min(timeout_s_, kAbandonGraceSeconds);
+    Backoff backoff;
+    auto last_progress = Clock::now();
+    do {
+      const size_t n = x.requests.size();
+      indices_.resize(n);
+      int done = 0;
+      if (n == 0 || MPI_Testsome(static_cast<int>(n), x.requests.data(), &done, indices_.data(),
+                                 MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+        break;
+      }
+      if (done == MPI_UNDEFINED) break;  // nothing outstanding
+      for (int k = 0; k < done; ++k) FreeType(x.chunks[static_cast<size_t>(indices_[k])]);
+      if (done > 0) {
+        last_progress = Clock::now();
+        backoff.Reset();
+      } else {
+        backoff.Pause();
+      }
+    } while (receives_outstanding() && SecondsSince(last_progress) < grace_s);
+
     Leftover left;
     for (size_t i = 0; i < x.requests.size(); ++i) {
+      FreeType(x.chunks[i]);  // pending operations on a freed datatype still finish
       if (x.requests[i] == MPI_REQUEST_NULL) continue;
-      if (x.request_receive[i] >= 0) MPI_Cancel(&x.requests[i]);
       left.requests.push_back(x.requests[i]);
       x.requests[i] = MPI_REQUEST_NULL;
     }
-    if (left.requests.empty()) return;
-    left.buffers = std::move(x.buffers);
-    leftover_.push_back(std::move(left));
+    x.outstanding = 0;
+    if (!left.requests.empty()) leftover_.push_back(std::move(left));
     ReapLeftover();
   }
 
-  // Drops the leftovers and sends in flight that MPI has finished with.
+  // Drops the leftovers MPI has finished with.
   void ReapLeftover() {
-    const auto finished = [](Leftover& left) {
+    std::erase_if(leftover_, [](Leftover& left) {
       int done = 0;
       if (MPI_Testall(static_cast<int>(left.requests.size()), left.requests.data(), &done,
                       MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
         return false;
       }
       return done != 0;
-    };
-    std::erase_if(leftover_, finished);
-    std::erase_if(in_flight_, finished);
+    });
   }
 
   template <typename Buffer>
@@ -488,18 +681,35 @@ class MpiCommunicator final : public Communicator {
     return internal::CheckPeers("mpi", rank_, size_, id, what, buffers);
   }
 
+  // A chunk's datatype counts its blocks in an int.
+  template <typename Buffer>
+  Status CheckPartCounts(int32_t id, const char* what, const std::vector<Buffer>& buffers) const {
+    for (const Buffer& buffer : buffers) {
+      if (buffer.parts.size() > static_cast<size_t>(INT_MAX)) {
+        return Status::InvalidArgument(fmt::format(
+            "mpi communicator rank {}: Launch(id {}): {} buffer for peer {} has {} parts; at most "
+            "{} are supported",
+            rank_, id, what, buffer.peer.value, buffer.parts.size(), INT_MAX));
+      }
+    }
+    return Status::Ok();
+  }
+
   MPI_Comm comm_;
   const int32_t rank_;
   const int32_t size_;
   const double timeout_s_;
   const int32_t max_id_;
-  std::map<int32_t, Exchange> pending_;  // launched, not yet waited on
+  const size_t max_chunk_bytes_;
+  std::map<int32_t, Exchange> pending_;  // launched, not yet completed
   MPI_Request failure_request_ = MPI_REQUEST_NULL;
   Bytes failure_buffer_;
   int32_t failed_rank_ = -1;  // the first failure this rank knows of; -1: none
   std::string failure_reason_;
-  std::vector<Leftover> leftover_;   // given up on, still in MPI's hands
-  std::vector<Leftover> in_flight_;  // sends of completed Waits, still on their way
+  std::vector<Leftover> leftover_;  // given up on, still in MPI's hands
+  std::byte empty_{};               // where zero-byte chunks point
+  std::vector<int> indices_;        // scratch of MPI_Testsome
+  std::vector<MPI_Status> statuses_;
 };
 
 }  // namespace
@@ -561,11 +771,21 @@ Result<std::unique_ptr<Communicator>> MakeMpiCommunicator(const MpiOptions& opti
       has_tag_ub) {
     max_id = *static_cast<int*>(tag_ub) - kFirstExchangeTag;
   }
+  const size_t test_only_chunk = test_only_max_chunk_bytes.load();
   auto communicator =
-      std::make_unique<MpiCommunicator>(comm, rank, size, options.timeout_s, max_id);
+      std::make_unique<MpiCommunicator>(comm, rank, size, options.timeout_s, max_id,
+                                        test_only_chunk > 0 ? test_only_chunk : kMaxChunkBytes);
   DCP_RETURN_IF_ERROR(communicator->Start());
   return std::unique_ptr<Communicator>(std::move(communicator));
 }
+
+namespace internal {
+
+void TestOnlySetMpiMaxChunkBytes(size_t bytes) {
+  test_only_max_chunk_bytes.store(std::min<size_t>(bytes, INT_MAX));
+}
+
+}  // namespace internal
 
 Status FinalizeMpi() {
   ProcessState& process = Process();
