@@ -44,6 +44,9 @@ class CountingCommunicator final : public dcp::Communicator {
   dcp::Result<bool> Test(int32_t id) override { return inner_->Test(id); }
   dcp::Status Wait(int32_t id) override { return inner_->Wait(id); }
   void Fail(const dcp::Status& reason) override { inner_->Fail(reason); }
+  void KeepAliveAfterFailure(std::shared_ptr<void> memory) override {
+    inner_->KeepAliveAfterFailure(std::move(memory));
+  }
 
   const std::byte* workspace_begin = nullptr;
   const std::byte* workspace_end = nullptr;

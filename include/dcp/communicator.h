@@ -63,6 +63,13 @@ class Communicator {
   // CommFailure naming this rank and the reason.
   virtual void Fail(const Status& reason) = 0;
 
+  // Takes `memory` that held the parts of exchanges given up on (a failure, a timeout) and keeps
+  // it alive for as long as the transport may still touch those parts: a caller that stopped on
+  // an error hands its buffers over instead of freeing them. The in-process group never touches
+  // the parts of an exchange given up on, so the default drops `memory` at once; MPI keeps it
+  // until MPI_Finalize (it cannot cancel sends).
+  virtual void KeepAliveAfterFailure(std::shared_ptr<void> memory) { (void)memory; }
+
  protected:
   Communicator() = default;
 };

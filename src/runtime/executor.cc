@@ -83,8 +83,15 @@ class Executor::Impl {
   const std::vector<TokenRun>& runs() const { return runs_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
   const ExecutionProfile& profile() const { return profile_; }
-  // Tells the other ranks this one failed, so none waits for it.
-  void Fail(const Status& reason) { comm_.Fail(reason); }
+  // Tells the other ranks this one failed, so none waits for it, and hands the workspace to the
+  // communicator, which may still touch the parts of the exchanges it gave up on (a later call
+  // allocates a new one).
+  void Fail(const Status& reason) {
+    comm_.Fail(reason);
+    if (workspace_ != nullptr) {
+      comm_.KeepAliveAfterFailure(std::shared_ptr<DeviceMemory>(std::move(workspace_)));
+    }
+  }
 
   Status Forward(const CallTensors& t) {
     const AttentionShape& s = part_.shape;
@@ -130,6 +137,7 @@ class Executor::Impl {
   Status Run(const Program& program, const CallTensors& t) {
     const auto start = std::chrono::steady_clock::now();
     profile_ = {};
+    if (workspace_ == nullptr) DCP_RETURN_IF_ERROR(AllocateWorkspace());
     program_ = &program;
     slots_.clear();
     size_t offset = 0;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <mutex>
 #include <string>
 
 #include "dcp/planner.h"
@@ -145,6 +146,51 @@ TEST(ExecutorFailure, SlowLinksAreNotFailures) {
         std::move(comm), FaultOptions{.launch_delay_s = d == kFailing ? 0.02 : 0}));
   };
   for (const Status& s : RunAll(SmallPlan(), options).status) EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+// A device that stops on an error hands its workspace to its communicator (MPI may still read the
+// sends it could not cancel), instead of freeing it under the transport.
+TEST(ExecutorFailure, AFailedDeviceHandsItsWorkspaceToTheCommunicator) {
+  const Plan plan = SmallPlan();
+  std::vector<std::shared_ptr<void>> kept;
+  std::mutex mutex;
+  class Keeping final : public Communicator {
+   public:
+    Keeping(std::unique_ptr<Communicator> inner, std::vector<std::shared_ptr<void>>* kept,
+            std::mutex* mutex)
+        : inner_(std::move(inner)), kept_(kept), mutex_(mutex) {}
+    std::string_view Name() const override { return inner_->Name(); }
+    int32_t rank() const override { return inner_->rank(); }
+    int32_t size() const override { return inner_->size(); }
+    Status Launch(int32_t id, std::vector<SendBuffer> s, std::vector<RecvBuffer> r) override {
+      return inner_->Launch(id, std::move(s), std::move(r));
+    }
+    Result<bool> Test(int32_t id) override { return inner_->Test(id); }
+    Status Wait(int32_t id) override { return inner_->Wait(id); }
+    void Fail(const Status& reason) override { inner_->Fail(reason); }
+    void KeepAliveAfterFailure(std::shared_ptr<void> memory) override {
+      std::lock_guard lock(*mutex_);
+      kept_->push_back(std::move(memory));
+    }
+
+   private:
+    std::unique_ptr<Communicator> inner_;
+    std::vector<std::shared_ptr<void>>* kept_;
+    std::mutex* mutex_;
+  };
+  LocalRunOptions options{.timeout_s = kTimeoutS};
+  options.make_backend = [&](int32_t d) -> std::unique_ptr<KernelBackend> {
+    return d == kFailing ? std::make_unique<RecordingBackend>(KernelCall::kForward, 1)
+                         : std::make_unique<RecordingBackend>();
+  };
+  options.wrap_comm = [&](std::unique_ptr<Communicator> comm, int32_t) {
+    return std::unique_ptr<Communicator>(std::make_unique<Keeping>(std::move(comm), &kept, &mutex));
+  };
+  const Outcome out = RunAll(plan, options);
+  ASSERT_FALSE(out.status[kFailing].ok());
+  // Every device stopped on an error, and each handed over its one workspace.
+  EXPECT_EQ(kept.size(), out.status.size());
+  for (const std::shared_ptr<void>& memory : kept) EXPECT_NE(memory, nullptr);
 }
 
 TEST(ExecutorFailure, ACorruptPlanPartEndsEveryDeviceWithAClearError) {

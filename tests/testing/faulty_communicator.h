@@ -84,6 +84,9 @@ class FaultyCommunicator final : public Communicator {
   }
 
   void Fail(const Status& reason) override { inner_.Fail(reason); }
+  void KeepAliveAfterFailure(std::shared_ptr<void> memory) override {
+    inner_.KeepAliveAfterFailure(std::move(memory));
+  }
 
  private:
   Status Dropped(int32_t id) const {

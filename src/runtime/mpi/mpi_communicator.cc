@@ -146,7 +146,8 @@ class Backoff {
 };
 
 // Requests MPI still owns, with the buffers of dcp's own they use (failure notices; the caller's
-// memory of an exchange given up on is not dcp's to keep).
+// memory of an exchange given up on is kept only when the caller hands it over:
+// KeepAliveAfterFailure).
 struct Leftover {
   std::vector<MPI_Request> requests;  // MPI_REQUEST_NULL once complete
   std::vector<Bytes> buffers;
@@ -157,6 +158,8 @@ struct ProcessState {
   int live_communicators = 0;      // guarded by mutex
   std::vector<Leftover> leftover;  // requests freed unfinished; guarded by mutex; kept until
                                    // MPI_Finalize
+  std::vector<std::shared_ptr<void>> kept;  // callers' memory MPI may still touch; guarded by
+                                            // mutex; freed after MPI_Finalize
 };
 ProcessState& Process() {
   static ProcessState state;
@@ -333,6 +336,13 @@ class MpiCommunicator final : public Communicator {
       return status;
     }
     return x.Mismatch();
+  }
+
+  // Sends MPI could not cancel may read the memory until MPI_Finalize: it is kept until then.
+  void KeepAliveAfterFailure(std::shared_ptr<void> memory) override {
+    ProcessState& process = Process();
+    std::lock_guard<std::mutex> lock(process.mutex);
+    process.kept.push_back(std::move(memory));
   }
 
   void Fail(const Status& reason) override {
@@ -801,6 +811,7 @@ Status FinalizeMpi() {
   if (!initialized || finalized) return Status::Ok();
   const int rc = MPI_Finalize();
   process.leftover.clear();
+  process.kept.clear();
   if (rc != MPI_SUCCESS) {
     return Status::CommFailure(fmt::format("MPI_Finalize failed (MPI error {})", rc));
   }
