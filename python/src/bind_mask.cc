@@ -34,10 +34,11 @@ MaskSpec FromSlices(const std::vector<SliceTuple>& slices) {
   return ValueOrThrow(MaskSpec::Parse(spec.ToString()));
 }
 
-std::vector<SliceTuple> SliceTuples(const MaskSpec& spec) {
-  std::vector<SliceTuple> out;
+std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>> SliceTuples(
+    const MaskSpec& spec) {
+  std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>> out;
   for (const Slice& s : spec.slices) {
-    out.push_back({s.row_begin, s.row_end, s.lo.base, s.lo.slope, s.hi.base, s.hi.slope});
+    out.emplace_back(s.row_begin, s.row_end, s.lo.base, s.lo.slope, s.hi.base, s.hi.slope);
   }
   return out;
 }
