@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # `pip install .` of the source tree into a scratch target, then an import of dcp from there that
 # plans a tiny batch, as a user without the build tree would.
-#   cmake -DPYTHON=<interpreter> -DSOURCE=<dcp source> -DWORK=<scratch dir> -P check_pip_install.cmake
+#   cmake -DPYTHON=<interpreter> -DSOURCE=<dcp source> -DWORK=<scratch dir>
+#         -P check_pip_install.cmake
 # The wheel's CMake build directory is kept in WORK/build between runs, so a rerun rebuilds only
 # what changed; the installed target is made afresh.
 foreach(var PYTHON SOURCE WORK)
