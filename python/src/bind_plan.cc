@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "py_plan.h"
 #include "dcp/baselines.h"
 #include "dcp/planner.h"
 #include "dcp/sim.h"
@@ -24,29 +25,6 @@ namespace py = pybind11;
 
 namespace dcp::python {
 namespace {
-
-// A plan and what is known of how it was made (nothing for a plan decoded from bytes).
-struct PyPlan {
-  Plan plan = {};
-  std::string candidate = {};               // PlannedBatch::candidate, or the baseline's name
-  std::optional<PlanningTimes> times = {};  // absent for a decoded plan or a baseline
-  double simulated_s = 0;                   // of the candidate search, 0 without one
-  std::optional<TokenMap> token_map = {};   // made on first use
-
-  const TokenMap& Map() {
-    if (!token_map) token_map = TokenMap::Of(plan);
-    return *token_map;
-  }
-  DeviceId Rank(int64_t rank) const {
-    const int32_t devices = plan.topology.devices();
-    if (rank < 0 || rank >= devices) {
-      throw py::value_error("rank " + std::to_string(rank) + " is not a device of this " +
-                            plan.topology.ToString() + " plan (0.." + std::to_string(devices - 1) +
-                            ")");
-    }
-    return DeviceId{static_cast<int32_t>(rank)};
-  }
-};
 
 ClusterSpec ClusterFrom(const std::string& cluster) {
   if (!cluster.empty() && cluster.front() == '{') return ValueOrThrow(ParseClusterJson(cluster));

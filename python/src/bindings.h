@@ -33,5 +33,6 @@ T ValueOrThrow(Result<T> result) {
 void BindMask(pybind11::module_& m);   // MaskSpec
 void BindBatch(pybind11::module_& m);  // AttentionShape, Batch, length sources
 void BindPlan(pybind11::module_& m);   // Plan, plan(), plan_baseline(), simulate()
+void BindExecutor(pybind11::module_& m);  // RankExecutor (one rank of a plan, for dcp.torch)
 
 }  // namespace dcp::python

@@ -33,4 +33,5 @@ PYBIND11_MODULE(_core, m) {
   dcp::python::BindMask(m);
   dcp::python::BindBatch(m);
   dcp::python::BindPlan(m);
+  dcp::python::BindExecutor(m);
 }
