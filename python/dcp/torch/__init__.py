@@ -13,7 +13,8 @@ so any backend with send/recv works: gloo on CPU). The kernels are dcp's C++ CPU
 from __future__ import annotations
 
 from .attention import AttentionExecutor, DCPAttention, dcp_attention
+from .data import DCPDataLoader
 from .dispatch import dispatch, local_indices, position_ids, undispatch
 
-__all__ = ["AttentionExecutor", "DCPAttention", "dcp_attention", "dispatch", "local_indices",
-           "position_ids", "undispatch"]
+__all__ = ["AttentionExecutor", "DCPAttention", "DCPDataLoader", "dcp_attention", "dispatch",
+           "local_indices", "position_ids", "undispatch"]
