@@ -217,6 +217,7 @@ def train_rank(rank: int, world: int, port: int, steps: int, seed: int, lr: floa
             opt.step()
         if rank == 0:
             torch.save({"losses": losses, "grads": grads}, out)
+        dist.barrier()  # no rank tears its connections down while another still sends to it
     finally:
         dist.destroy_process_group()
 

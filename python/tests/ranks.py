@@ -23,6 +23,8 @@ def _entry(rank: int, fn, world: int, port: int, args: tuple) -> None:
                             world_size=world, timeout=datetime.timedelta(seconds=60))
     try:
         fn(rank, world, *args)
+        # No rank tears its connections down while another still sends to it.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

@@ -166,35 +166,43 @@ def test_prefetch_on_and_off_give_identical_batches_and_plans():
 
 
 def test_planning_runs_in_the_background_ahead_of_the_consumer(monkeypatch):
-    plan_s, consume_s = 0.15, 0.3
-    threads = []
+    # Order, not time: with prefetch, the plan of batch i is done before the consumer, which
+    # works far longer than a plan takes, asks for batch i; without prefetch, only after.
+    events, lock = [], threading.Lock()
     real_plan = dcp.plan
 
-    def slow_plan(*args, **kwargs):
-        threads.append(threading.current_thread())
-        time.sleep(plan_s)
-        return real_plan(*args, **kwargs)
+    def logged_plan(batch, *args, **kwargs):
+        plan = real_plan(batch, *args, **kwargs)
+        with lock:
+            events.append(("planned", tuple(batch.seqlens), threading.current_thread()))
+        return plan
 
-    monkeypatch.setattr(dcp, "plan", slow_plan)
+    monkeypatch.setattr(dcp, "plan", logged_plan)
     samples = _samples([8, 9, 10, 11])  # one batch each: distinct signatures
 
-    def waits(prefetch):
+    def run(prefetch):
+        events.clear()
         loader = _loader(samples, token_budget=12, prefetch=prefetch)
-        out = []
-        for _ in loader:
-            out.append(loader.last_plan_wait_s)
-            time.sleep(consume_s)
-        return out
+        iterator = iter(loader)
+        for _ in samples:
+            with lock:
+                events.append(("asked", None, None))
+            local, plan = next(iterator)
+            with lock:
+                events.append(("got", tuple(plan.seqlens), None))
+            time.sleep(0.25)  # the training step
+        return list(events)
 
-    ahead = waits(2)
-    assert all(t is not threading.main_thread() for t in threads)
-    # Batch 0 waits for its plan; the later ones were planned while the consumer slept.
-    assert ahead[0] >= plan_s * 0.9
-    assert max(ahead[1:]) < plan_s / 2, ahead
-    threads.clear()
-    sync = waits(0)
-    assert all(t is threading.main_thread() for t in threads)
-    assert min(sync) >= plan_s * 0.9, sync
+    ahead = run(2)
+    assert all(t is not threading.main_thread() for kind, _, t in ahead if kind == "planned")
+    asked = [i for i, e in enumerate(ahead) if e[0] == "asked"]
+    planned = [i for i, e in enumerate(ahead) if e[0] == "planned"]
+    assert all(p < a for p, a in zip(planned[1:], asked[1:])), ahead  # ready before asked for
+    sync = run(0)
+    assert all(t is threading.main_thread() for kind, _, t in sync if kind == "planned")
+    asked = [i for i, e in enumerate(sync) if e[0] == "asked"]
+    planned = [i for i, e in enumerate(sync) if e[0] == "planned"]
+    assert all(p > a for p, a in zip(planned, asked)), sync  # planned only when asked for
 
 
 def test_a_batch_that_cannot_be_planned_raises_naming_the_batch():

@@ -108,3 +108,27 @@ def _bad_shape_fails_every_rank(rank, world):
 
 def test_a_bad_tensor_on_one_rank_raises_on_every_rank():
     run_ranks(_bad_shape_fails_every_rank, 2)
+
+
+def _compiled(rank, world):
+    plan = dcp.plan(dcp.Batch(SEQLENS, "causal", dtype="fp32", **SHAPE), topology=(1, world),
+                    block_size=32)
+    executor = dt.AttentionExecutor()
+    executor.prepare(plan)
+    q, kv, w = _inputs(torch.float32)
+    ql = dt.dispatch(q, plan, rank).float()
+    kvl = dt.dispatch(kv, plan, rank).float()
+
+    def loss(q, kv):
+        return (dt.DCPAttention.apply(executor, q, kv) * 2).sum()
+
+    compiled = torch.compile(loss, backend="aot_eager", fullgraph=True)
+    eager_q, eager_kv = ql.clone().requires_grad_(), kvl.clone().requires_grad_()
+    comp_q, comp_kv = ql.clone().requires_grad_(), kvl.clone().requires_grad_()
+    loss(eager_q, eager_kv).backward()
+    compiled(comp_q, comp_kv).backward()
+    assert torch.equal(eager_q.grad, comp_q.grad) and torch.equal(eager_kv.grad, comp_kv.grad)
+
+
+def test_torch_compile_traces_the_operator_without_a_graph_break():
+    run_ranks(_compiled, 1)

@@ -12,6 +12,8 @@ plan's programs on this rank's tokens only, exchanging data through the process 
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.distributed as dist
 
@@ -45,6 +47,8 @@ class AttentionExecutor:
         # One communicator for every plan this executor runs: exchange ids repeat from plan to
         # plan and match in order; its failure channel stays posted once.
         self._comm = ProcessGroupComm(group, timeout_s)
+        self.handle = id(self)
+        _executors[self.handle] = self
 
     def prepare(self, plan: "_core.Plan") -> None:
         """Makes ``plan`` the one the next calls run. Collective: every rank of the group calls
@@ -89,22 +93,59 @@ class AttentionExecutor:
             raise RuntimeError("dcp.torch: call AttentionExecutor.prepare(plan) first")
 
 
-class DCPAttention(torch.autograd.Function):
-    """o = attention of this rank's q against every key its queries may see, as the plan says."""
+# The executor behind each handle: the operators below take an int, not the executor object, so
+# that torch.library (and torch.compile through it) sees only tensors and plain numbers.
+_executors: "weakref.WeakValueDictionary[int, AttentionExecutor]" = weakref.WeakValueDictionary()
+
+
+@torch.library.custom_op("dcp::attention_forward", mutates_args=(), device_types="cpu")
+def _attention_forward(q: torch.Tensor, kv: torch.Tensor,
+                       handle: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return _executors[handle].forward(q, kv)
+
+
+@_attention_forward.register_fake
+def _(q, kv, handle):
+    return q.new_empty(q.shape), q.new_empty(q.shape[:2], dtype=torch.float32)
+
+
+@torch.library.custom_op("dcp::attention_backward", mutates_args=(), device_types="cpu")
+def _attention_backward(q: torch.Tensor, kv: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                        d_o: torch.Tensor, handle: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return _executors[handle].backward(q, kv, o, lse, d_o)
+
+
+@_attention_backward.register_fake
+def _(q, kv, o, lse, d_o, handle):
+    return q.new_empty(q.shape), kv.new_empty(kv.shape)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    q, kv, handle = inputs
+    o, lse = output
+    ctx.save_for_backward(q, kv, o, lse)
+    ctx.handle = handle
+
+
+def _backward(ctx, d_o, d_lse):
+    q, kv, o, lse = ctx.saved_tensors
+    dq, dkv = _attention_backward(q, kv, o, lse, d_o.contiguous(), ctx.handle)
+    return dq, dkv, None
+
+
+_attention_forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+class DCPAttention:
+    """o = attention of this rank's q against every key its queries may see, as the plan says.
+
+    ``DCPAttention.apply(executor, q, kv)`` runs the operator ``dcp::attention_forward`` (its
+    backward ``dcp::attention_backward``), registered with torch.library: autograd goes through
+    it, and ``torch.compile`` traces it as one opaque operator (no graph break)."""
 
     @staticmethod
-    def forward(ctx, executor: AttentionExecutor, q: torch.Tensor,
-                kv: torch.Tensor) -> torch.Tensor:
-        o, lse = executor.forward(q, kv)
-        ctx.executor = executor
-        ctx.save_for_backward(q, kv, o, lse)
-        return o
-
-    @staticmethod
-    def backward(ctx, d_o: torch.Tensor):
-        q, kv, o, lse = ctx.saved_tensors
-        dq, dkv = ctx.executor.backward(q, kv, o, lse, d_o)
-        return None, dq, dkv
+    def apply(executor: AttentionExecutor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        return _attention_forward(q, kv, executor.handle)[0]
 
 
 def dcp_attention(executor: AttentionExecutor, q: torch.Tensor, k: torch.Tensor,
