@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Installs every system dependency of dcp from Debian packages. Non-interactive and idempotent:
-# when everything is present it only runs dpkg-query and returns in well under a second.
+# Installs every system dependency of dcp from Debian packages, then the Python environment of the
+# Python package (python/): a venv outside the clone, ${XDG_CACHE_HOME:-$HOME/.cache}/dcp-venv,
+# made with Debian's /usr/bin/python3 and holding torch, numpy, pytest, scikit-build-core and
+# pybind11 from PyPI. DCP_PYTHON=/path/to/python uses that interpreter as it is instead (it must
+# have torch >= 2.4 and the others; nothing is created). The chosen interpreter is recorded in
+# .dcp-python at the root of the clone (git-ignored), where CMake finds it
+# (cmake/dcp_python.cmake). Non-interactive and idempotent: when everything is present it only
+# runs dpkg-query and asks the interpreter which modules it has, in about a second.
 set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 packages=(
   build-essential clang cmake ninja-build ccache pkg-config
@@ -10,6 +17,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev libfmt-dev
   libtrilinos-zoltan-dev libopenmpi-dev openmpi-bin
   libopenblas-openmp-dev
+  python3 python3-venv python3-dev
 )
 
 missing=()
@@ -19,15 +27,57 @@ for p in "${packages[@]}"; do
   fi
 done
 
-if ((${#missing[@]} == 0)); then
-  exit 0
+if ((${#missing[@]} > 0)); then
+  sudo_cmd=()
+  if [[ $(id -u) -ne 0 ]]; then
+    sudo_cmd=(sudo)
+  fi
+  echo "setup: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -q
+  "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-sudo_cmd=()
-if [[ $(id -u) -ne 0 ]]; then
-  sudo_cmd=(sudo)
+# Python. Prints the modules the interpreter lacks (or torch older than 2.4), without importing
+# them (importing torch alone takes seconds).
+python_modules=(torch numpy pytest scikit_build_core pybind11)
+python_lacks() {
+  "$1" - "${python_modules[@]}" <<'PY'
+import importlib.metadata, importlib.util, sys
+lacking = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]
+if "torch" not in lacking:
+    version = importlib.metadata.version("torch").split("+")[0].split(".")
+    if tuple(int(v) for v in version[:2]) < (2, 4):
+        lacking.append(f"torch>=2.4 (found {'.'.join(version)})")
+print(" ".join(lacking))
+PY
+}
+
+if [[ -n "${DCP_PYTHON:-}" ]]; then
+  python=$DCP_PYTHON
+  if ! lacking=$(python_lacks "$python" 2>&1); then
+    echo "setup: DCP_PYTHON=$python does not run: $lacking" >&2
+    exit 1
+  fi
+  if [[ -n $lacking ]]; then
+    echo "setup: DCP_PYTHON=$python lacks $lacking; install them into it" \
+      "(e.g. $python -m pip install 'torch>=2.4' numpy pytest scikit-build-core pybind11)" >&2
+    exit 1
+  fi
+else
+  venv=${XDG_CACHE_HOME:-$HOME/.cache}/dcp-venv
+  python=$venv/bin/python
+  if [[ ! -x $python ]]; then
+    echo "setup: creating the Python venv $venv" >&2
+    /usr/bin/python3 -m venv "$venv"
+  fi
+  if [[ -n $(python_lacks "$python") ]]; then
+    echo "setup: installing torch numpy pytest scikit-build-core pybind11 into $venv" >&2
+    "$python" -m pip install -q --disable-pip-version-check 'torch>=2.4' numpy pytest \
+      scikit-build-core pybind11
+  fi
 fi
-echo "setup: installing ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -q
-"${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+# Rewritten only when it changes: CMake reconfigures when it does.
+if [[ ! -f $repo/.dcp-python || $(<"$repo/.dcp-python") != "$python" ]]; then
+  printf '%s\n' "$python" >"$repo/.dcp-python"
+fi

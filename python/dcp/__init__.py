@@ -1,0 +1,178 @@
+# SPDX-License-Identifier: Apache-2.0
+"""dcp: dynamic context parallelism for long-context attention.
+
+A thin package over the extension ``dcp._core`` (the C++ library's planner). A batch of packed
+variable-length sequences, each with its own mask, is planned onto a topology of devices; the plan
+says which tokens each rank owns (its token map) and holds every device's forward and backward
+programs::
+
+    import dcp
+    batch = dcp.Batch([131072, 4096, 17], "lambda:sink=64,window=4096")
+    plan = dcp.plan(batch, topology="4x8")
+    idx = plan.local_token_indices(rank)   # this rank's tokens, in its local order
+    pos = plan.position_ids(rank)          # their positions, for rotary embeddings
+    payload = plan.to_bytes()              # ship to the other ranks; Plan.from_bytes() there
+
+Errors: bad input (a spec, a shape, an option, damaged bytes) raises ValueError, a fault at run
+time RuntimeError, both carrying dcp's message. Requires Python >= 3.10; the torch layer needs
+torch >= 2.4 (torch.library.custom_op).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Union
+
+from . import _core
+from ._core import AttentionShape, Batch, MaskSpec, Plan
+
+__all__ = [
+    "AttentionShape",
+    "Batch",
+    "MaskSpec",
+    "Plan",
+    "batch_from_idx",
+    "plan",
+    "plan_baseline",
+    "read_lengths_file",
+    "read_megatron_index",
+    "simulate",
+    "synthetic_batch_lengths",
+    "synthetic_lengths",
+]
+
+#: A topology: "NODESxDEVICES" ("4x8") or (nodes, devices_per_node).
+Topology = Union[str, tuple[int, int]]
+#: One mask for every sequence (a spec string or a MaskSpec), or one per sequence.
+Masks = Union[str, MaskSpec, Sequence[Union[str, MaskSpec]]]
+
+
+def _topology(topology: Topology) -> str:
+    if isinstance(topology, str):
+        return topology
+    if isinstance(topology, tuple) and len(topology) == 2:
+        nodes, devices_per_node = topology
+        return f"{int(nodes)}x{int(devices_per_node)}"
+    raise TypeError(f"topology must be 'NxM' or (nodes, devices_per_node), not {topology!r}")
+
+
+def plan(
+    batch: Batch,
+    topology: Topology = "1x1",
+    *,
+    block_size: int | None = 1024,
+    head_groups: int = 1,
+    eps_compute: float = 0.1,
+    eps_inter: float = 0.4,
+    eps_memory: float = 0.2,
+    divisions: int = 0,
+    division_choice: str = "cost_model",
+    cluster: str = "p4de",
+    candidate_block_sizes: Sequence[int] = (),
+    candidate_tolerances: Sequence[tuple[float, float]] = (),
+    threads: int = 1,
+    memory_budget_bytes: int = 0,
+    seed: int = 0,
+    partitioner: str = "builtin",
+) -> Plan:
+    """Plans ``batch`` on ``topology`` with dcp's planner (blocks, placement, schedule, programs).
+
+    Args:
+        batch: the sequences, their masks and the attention shape.
+        topology: ``"4x8"`` or ``(4, 8)``: nodes x devices per node.
+        block_size: tokens per data block; 0 or None picks one for the topology.
+        head_groups: compute blocks per tile; divides the batch's KV heads.
+        eps_compute: compute tolerance per device inside a node.
+        eps_inter: compute tolerance per node.
+        eps_memory: data-bytes tolerance per device.
+        divisions: divisions per pass; 0 lets ``division_choice`` pick.
+        division_choice: ``"cost_model"`` (fast) or ``"simulate"`` (every count simulated).
+        cluster: the cluster the plan is costed for: a preset (``"p4de"``, ``"h100"``) or the JSON
+            of docs/simulator.md.
+        candidate_block_sizes, candidate_tolerances: when either is non-empty, every (block size,
+            (eps_compute, eps_inter)) pair is planned and simulated and the fastest kept.
+        threads: threads planning candidates at once; the result does not depend on it.
+        memory_budget_bytes: when > 0, the most buffer bytes a device may need.
+        seed: placement seed; the same inputs and seed give the same plan.
+        partitioner: ``"builtin"`` or ``"zoltan"`` (when built with Zoltan).
+
+    The GIL is released while planning, so other Python threads run meanwhile.
+    Raises ValueError for bad options or a batch the options cannot plan.
+    """
+    return _core.plan(
+        batch,
+        _topology(topology),
+        0 if block_size is None else block_size,
+        head_groups,
+        eps_compute,
+        eps_inter,
+        eps_memory,
+        divisions,
+        division_choice,
+        cluster,
+        list(candidate_block_sizes),
+        [(float(c), float(i)) for c, i in candidate_tolerances],
+        threads,
+        memory_budget_bytes,
+        seed,
+        partitioner,
+    )
+
+
+def plan_baseline(strategy: str, batch: Batch, topology: Topology, *, inner_ring: int = 1) -> Plan:
+    """The plan of a static strategy in dcp's IR: ``"ring"``, ``"zigzag"``, ``"ulysses"``,
+    ``"te"`` or ``"loongtrain"`` (``inner_ring``: LoongTrain's context ranks per inner ring).
+
+    Raises ValueError for an unknown strategy or one that cannot run the batch on the topology.
+    """
+    return _core.plan_baseline(strategy, batch, _topology(topology), inner_ring)
+
+
+def simulate(plan: Plan, cluster: str = "p4de", *, trace: bool = False) -> dict[str, Any]:
+    """Replays a whole plan on a cluster model (a preset or JSON, as for :func:`plan`).
+
+    Returns ``{"cluster", "forward", "backward", "total_s", "compute_imbalance"}``, where each
+    pass is a dict of ``makespan_s``, ``busy_s``, ``exposed_comm_s``, ``idle_s`` (summed over
+    devices), ``bytes_sent_intra_node``, ``bytes_sent_inter_node``, ``attention_flops`` and
+    ``flows``; with ``trace``, ``trace_json`` holds a Chrome/Perfetto trace. Raises ValueError when
+    the cluster's devices per node differ from the plan's topology, or for a plan's part.
+    """
+    return _core.simulate(plan, cluster, trace)
+
+
+def read_megatron_index(path: str) -> list[int]:
+    """The sequence lengths of a Megatron-LM indexed dataset, read from its ``.idx`` file."""
+    return _core.read_megatron_index(path)
+
+
+def read_lengths_file(path: str) -> list[int]:
+    """Lengths from a text file, one per line; blank lines and ``#`` comments are ignored."""
+    return _core.read_lengths_file(path)
+
+
+def batch_from_idx(
+    path: str,
+    masks: Masks = "causal",
+    *,
+    heads: int = 8,
+    kv_heads: int = 2,
+    head_dim: int = 128,
+    dtype: str = "bf16",
+) -> Batch:
+    """A batch of every sequence of a Megatron-LM ``.idx`` file (as ``dcp plan --idx``)."""
+    return Batch(read_megatron_index(path), masks, heads, kv_heads, head_dim, dtype)
+
+
+def synthetic_lengths(
+    count: int, distribution: str = "ldc", *, scale: float = 1.0, seed: int = 0
+) -> list[int]:
+    """``count`` lengths from a seeded distribution of the DCP paper (``"ldc"``,
+    ``"longalign"``), each multiplied by ``scale``; the same seed gives the same lengths."""
+    return _core.synthetic_lengths(count, distribution, scale, seed)
+
+
+def synthetic_batch_lengths(
+    tokens: int, distribution: str = "ldc", *, scale: float = 1.0, seed: int = 0
+) -> list[int]:
+    """The lengths of one batch of about ``tokens`` tokens packed from the distribution."""
+    return _core.synthetic_batch_lengths(tokens, distribution, scale, seed)

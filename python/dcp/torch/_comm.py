@@ -1,0 +1,133 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A dcp communicator over a torch.distributed process group.
+
+The C++ executor calls it (through dcp._core.RankExecutor) to move its buffer slots between ranks:
+every part of a message is one point-to-point send or receive of the slot's bytes where they lie
+(``torch.frombuffer`` over the slot's memory, no copy), tagged with the exchange id, so launches
+of one id between two ranks match in the order they were made.
+
+Completion: a gloo work completes only inside its blocking ``wait()`` (``is_completed()`` stays
+False before, and a ``wait`` that times out closes the connection), so each launch gets a thread
+that waits for its works; ``wait(id)`` joins it while watching the failure channel.
+
+Failures: a rank that fails writes its reason under a key of the process group's store; every
+rank's later ``launch``, ``test`` and ``wait`` raise RuntimeError naming it. Without a store (see
+``_store``) a failed rank is noticed only when the group's own timeout ends the transfers waiting
+for it. After a failure, transfers still posted may touch the executor's memory until the process
+group ends them: destroy the group rather than reuse it.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+_instances = itertools.count()  # communicators are made in the same order on every rank
+
+
+def _store(group):
+    """The key-value store behind the default process group (torch keeps it private; every torch
+    2.x has it), or None."""
+    try:
+        from torch.distributed import distributed_c10d
+        return distributed_c10d._get_default_store()
+    except Exception:  # noqa: BLE001 - without a store, failures surface through timeouts
+        return None
+
+
+class _Exchange:
+    """The works of one launch and the thread that waits for them."""
+
+    def __init__(self, works: list) -> None:
+        self.works = works
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        threading.Thread(target=self._wait, daemon=True).start()
+
+    def _wait(self) -> None:
+        try:
+            for w in self.works:
+                w.wait()
+        except BaseException as e:  # noqa: BLE001 - reported by the caller's wait
+            self.error = e
+        self.done.set()
+
+
+class ProcessGroupComm:
+    """launch/test/wait/fail of one rank of ``group`` (the contract of dcp::Communicator)."""
+
+    def __init__(self, group: dist.ProcessGroup | None, timeout_s: float) -> None:
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.size = dist.get_world_size(group)
+        self.timeout_s = timeout_s
+        self._global = [dist.get_global_rank(group, r) if group is not None else r
+                        for r in range(self.size)]
+        self._pending: dict[int, _Exchange] = {}
+        self._store = _store(group)
+        self._key = f"dcp/failed/{next(_instances)}"
+        self._failure: str | None = None
+
+    # -- the contract -------------------------------------------------------------------------
+    def launch(self, id: int, sends: list, recvs: list) -> None:
+        self._check_failure()
+        if id in self._pending:
+            raise ValueError(f"rank {self.rank}: exchange id {id} is already launched")
+        works = []
+        for peer, parts in sends:
+            for view in parts:
+                if len(view) > 0:
+                    works.append(dist.isend(torch.frombuffer(view, dtype=torch.uint8),
+                                            dst=self._global[peer], group=self.group, tag=id))
+        for peer, parts in recvs:
+            for view in parts:
+                if len(view) > 0:
+                    works.append(dist.irecv(torch.frombuffer(view, dtype=torch.uint8),
+                                            src=self._global[peer], group=self.group, tag=id))
+        self._pending[id] = _Exchange(works)
+
+    def test(self, id: int) -> bool:
+        self._check_failure()
+        exchange = self._exchange(id)
+        if not exchange.done.is_set():
+            return False
+        self._finish(id)
+        return True
+
+    def wait(self, id: int) -> None:
+        exchange = self._exchange(id)
+        deadline = time.monotonic() + self.timeout_s
+        while not exchange.done.wait(0.005):
+            self._check_failure()
+            if time.monotonic() > deadline:
+                del self._pending[id]
+                raise TimeoutError(f"rank {self.rank}: exchange id {id}: not complete after "
+                                   f"{self.timeout_s} s")
+        self._finish(id)
+
+    def fail(self, reason: str) -> None:
+        if self._failure is None:
+            self._failure = f"rank {self.rank} failed: {reason}"
+            if self._store is not None:
+                self._store.set(self._key, self._failure)
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _exchange(self, id: int) -> _Exchange:
+        if id not in self._pending:
+            raise ValueError(f"rank {self.rank}: exchange id {id} was never launched")
+        return self._pending[id]
+
+    def _finish(self, id: int) -> None:
+        exchange = self._pending.pop(id)
+        if exchange.error is not None:
+            raise RuntimeError(f"rank {self.rank}: exchange id {id}: {exchange.error}")
+
+    def _check_failure(self) -> None:
+        if self._failure is None and self._store is not None and \
+                self._store.check([self._key]):
+            self._failure = self._store.get(self._key).decode(errors="replace")
+        if self._failure is not None:
+            raise RuntimeError(self._failure)

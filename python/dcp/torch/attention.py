@@ -1,0 +1,154 @@
+# SPDX-License-Identifier: Apache-2.0
+"""DCP attention for PyTorch: one executor per rank and plan, an autograd op over it.
+
+    executor = dcp.torch.AttentionExecutor(group=pg)
+    executor.prepare(plan)                       # once per batch, on every rank of the group
+    o = dcp.torch.DCPAttention.apply(executor, q, kv)
+
+q is [local tokens, heads, head_dim], kv [local tokens, 2, kv_heads, head_dim] (K then V), in
+the plan's token-map order (``dcp.torch.dispatch``); float32 or bfloat16, CPU tensors, any
+strides. The output is [local tokens, heads, head_dim] in q's dtype. Forward and backward run the
+plan's programs on this rank's tokens only, exchanging data through the process group.
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+import torch.distributed as dist
+
+from .. import _core
+from ._comm import ProcessGroupComm
+
+_DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
+
+
+def _arg(name: str, t: torch.Tensor) -> tuple:
+    if t.device.type != "cpu":
+        raise ValueError(f"{name}: tensors on {t.device} need the torch kernel backend; the C++ "
+                         "executor runs on CPU tensors")
+    if t.dtype not in _DTYPES:
+        raise ValueError(f"{name}: dtype {t.dtype} is not supported (float32 or bfloat16)")
+    return (t.data_ptr(), _DTYPES[t.dtype], tuple(t.shape), tuple(t.stride()))
+
+
+class AttentionExecutor:
+    """Runs prepared plans on this rank of ``group`` (default: the whole world)."""
+
+    def __init__(self, group: dist.ProcessGroup | None = None, timeout_s: float = 60.0) -> None:
+        if not dist.is_initialized():
+            raise RuntimeError("dcp.torch.AttentionExecutor needs torch.distributed initialised")
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.size = dist.get_world_size(group)
+        self.timeout_s = timeout_s
+        self.plan = None
+        self._executor = None
+        # One communicator for every plan this executor runs: exchange ids repeat from plan to
+        # plan and match in order; its failure channel stays posted once.
+        self._comm = ProcessGroupComm(group, timeout_s)
+        self.handle = id(self)
+        _executors[self.handle] = self
+
+    def prepare(self, plan: "_core.Plan") -> None:
+        """Makes ``plan`` the one the next calls run. Collective: every rank of the group calls
+        it; when the plan is for another number of devices, or ranks hold different plans, it
+        raises ValueError on every rank."""
+        digest = plan.hash() & ((1 << 62) - 1)
+        check = torch.tensor([digest, -digest, plan.devices, -plan.devices], dtype=torch.int64)
+        dist.all_reduce(check, op=dist.ReduceOp.MAX, group=self.group)
+        if check[0] != -check[1]:
+            raise ValueError("dcp.torch: the ranks of the group hold different plans (their "
+                             "hashes differ); every rank must prepare the same plan")
+        if plan.devices != self.size or check[2] != -check[3]:
+            raise ValueError(f"dcp.torch: the plan is for {plan.devices} devices but the process "
+                             f"group has {self.size} ranks")
+        self.plan = plan
+        self._executor = _core.RankExecutor(plan, self.rank, self.size, self._comm)
+
+    @property
+    def local_tokens(self) -> int:
+        self._require_plan()
+        return self._executor.local_tokens
+
+    def forward(self, q: torch.Tensor, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """o [L, heads, head_dim] (q's dtype) and lse [L, heads] (float32)."""
+        self._require_plan()
+        o = torch.empty(q.shape, dtype=q.dtype)
+        lse = torch.empty(q.shape[:2], dtype=torch.float32)
+        self._executor.forward(_arg("q", q), _arg("kv", kv), _arg("o", o), _arg("lse", lse))
+        return o, lse
+
+    def backward(self, q, kv, o, lse, d_o) -> tuple[torch.Tensor, torch.Tensor]:
+        """dq (q's dtype) and dkv (kv's dtype) from the forward's tensors and the output grad."""
+        self._require_plan()
+        dq = torch.empty(q.shape, dtype=q.dtype)
+        dkv = torch.empty(kv.shape, dtype=kv.dtype)
+        self._executor.backward(_arg("q", q), _arg("kv", kv), _arg("o", o), _arg("lse", lse),
+                                _arg("d_o", d_o), _arg("dq", dq), _arg("dkv", dkv))
+        return dq, dkv
+
+    def _require_plan(self) -> None:
+        if self._executor is None:
+            raise RuntimeError("dcp.torch: call AttentionExecutor.prepare(plan) first")
+
+
+# The executor behind each handle: the operators below take an int, not the executor object, so
+# that torch.library (and torch.compile through it) sees only tensors and plain numbers.
+_executors: "weakref.WeakValueDictionary[int, AttentionExecutor]" = weakref.WeakValueDictionary()
+
+
+@torch.library.custom_op("dcp::attention_forward", mutates_args=(), device_types="cpu")
+def _attention_forward(q: torch.Tensor, kv: torch.Tensor,
+                       handle: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return _executors[handle].forward(q, kv)
+
+
+@_attention_forward.register_fake
+def _(q, kv, handle):
+    return q.new_empty(q.shape), q.new_empty(q.shape[:2], dtype=torch.float32)
+
+
+@torch.library.custom_op("dcp::attention_backward", mutates_args=(), device_types="cpu")
+def _attention_backward(q: torch.Tensor, kv: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                        d_o: torch.Tensor, handle: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return _executors[handle].backward(q, kv, o, lse, d_o)
+
+
+@_attention_backward.register_fake
+def _(q, kv, o, lse, d_o, handle):
+    return q.new_empty(q.shape), kv.new_empty(kv.shape)
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    q, kv, handle = inputs
+    o, lse = output
+    ctx.save_for_backward(q, kv, o, lse)
+    ctx.handle = handle
+
+
+def _backward(ctx, d_o, d_lse):
+    q, kv, o, lse = ctx.saved_tensors
+    dq, dkv = _attention_backward(q, kv, o, lse, d_o.contiguous(), ctx.handle)
+    return dq, dkv, None
+
+
+_attention_forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+class DCPAttention:
+    """o = attention of this rank's q against every key its queries may see, as the plan says.
+
+    ``DCPAttention.apply(executor, q, kv)`` runs the operator ``dcp::attention_forward`` (its
+    backward ``dcp::attention_backward``), registered with torch.library: autograd goes through
+    it, and ``torch.compile`` traces it as one opaque operator (no graph break)."""
+
+    @staticmethod
+    def apply(executor: AttentionExecutor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        return _attention_forward(q, kv, executor.handle)[0]
+
+
+def dcp_attention(executor: AttentionExecutor, q: torch.Tensor, k: torch.Tensor,
+                  v: torch.Tensor) -> torch.Tensor:
+    """The (q, k, v) form: k and v [L, kv_heads, head_dim] each."""
+    return DCPAttention.apply(executor, q, torch.stack([k, v], dim=1))

@@ -1,0 +1,191 @@
+# SPDX-License-Identifier: Apache-2.0
+"""dcp.plan and dcp.Plan: serialization and hashing, the token map against an independent count,
+per-rank indices and position ids, parts, the GIL released while planning, and errors."""
+
+import pickle
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import dcp
+
+SEQLENS = [300, 200, 77, 1000]
+
+
+@pytest.fixture(scope="module")
+def batch():
+    return dcp.Batch(SEQLENS, ["causal", "full", "sliding-window:window=64", "causal"])
+
+
+@pytest.fixture(scope="module")
+def plan(batch):
+    return dcp.plan(batch, topology=(2, 2), block_size=64, seed=3)
+
+
+def test_plan_describes_its_batch_and_options(plan, batch):
+    assert plan.devices == 4 and plan.topology == (2, 2)
+    assert plan.seqlens == SEQLENS
+    assert plan.shape == batch.shape
+    assert plan.block_size == 64 and plan.head_groups == 1
+    assert plan.n_divisions >= 1
+    assert plan.part_device is None
+    assert plan.candidate.startswith("64:")
+    assert plan.planning_ms["total"] > 0
+    assert set(plan.planning_ms) == {"blocking", "placement", "scheduling", "compile", "search",
+                                     "total"}
+    plan.validate()
+
+
+def test_plan_bytes_round_trip_to_an_equal_plan_with_the_same_hash(plan):
+    data = plan.to_bytes()
+    again = dcp.Plan.from_bytes(data)
+    assert again == plan
+    assert again.hash() == plan.hash()
+    assert again.to_bytes() == data
+    assert dcp.Plan.from_bytes(bytearray(data)) == plan
+    assert dcp.Plan.from_bytes(memoryview(data)) == plan
+    assert pickle.loads(pickle.dumps(plan)) == plan
+    assert again.planning_ms == {} and again.candidate == ""
+
+
+def test_same_inputs_and_seed_give_the_same_plan(batch, plan):
+    again = dcp.plan(batch, topology="2x2", block_size=64, seed=3)
+    assert again.hash() == plan.hash()
+    assert again.to_bytes() == plan.to_bytes()
+
+
+def test_token_map_covers_every_token_exactly_once(plan):
+    seen = [np.zeros(n, dtype=np.int64) for n in SEQLENS]
+    runs = plan.token_map()
+    assert len(runs) == plan.devices
+    for device_runs in runs:
+        for sequence, begin, count in device_runs:
+            assert count >= 1 and 0 <= begin and begin + count <= SEQLENS[sequence]
+            seen[sequence][begin:begin + count] += 1
+    for counts in seen:
+        assert (counts == 1).all()
+
+
+def test_local_indices_and_positions_follow_the_token_map(plan):
+    offsets = np.concatenate([[0], np.cumsum(SEQLENS)])
+    every = []
+    for rank, device_runs in enumerate(plan.token_map()):
+        expect_index = [offsets[s] + t for s, b, c in device_runs for t in range(b, b + c)]
+        expect_position = [t for s, b, c in device_runs for t in range(b, b + c)]
+        index = plan.local_token_indices(rank)
+        position = plan.position_ids(rank)
+        assert index.dtype == np.int64 and position.dtype == np.int64
+        assert index.tolist() == expect_index
+        assert position.tolist() == expect_position
+        assert plan.local_tokens(rank) == len(expect_index)
+        every.extend(index.tolist())
+    assert sorted(every) == list(range(sum(SEQLENS)))
+
+
+def test_a_part_holds_one_device_and_the_same_token_map(plan):
+    part = plan.part_for(1)
+    assert part.part_device == 1
+    assert part.token_map() == plan.token_map()
+    assert dcp.Plan.from_bytes(part.to_bytes(), expected_device=1) == part
+    with pytest.raises(ValueError, match="device"):
+        dcp.Plan.from_bytes(part.to_bytes(), expected_device=2)
+    with pytest.raises(ValueError, match="part of device 1"):
+        part.part_for(2)
+    with pytest.raises(ValueError):
+        dcp.simulate(part)
+
+
+def test_automatic_block_size_and_a_candidate_search(batch):
+    auto = dcp.plan(batch, "1x2", block_size=None)
+    assert auto.block_size > 0
+    searched = dcp.plan(batch, "1x8", candidate_block_sizes=[64, 128],
+                        candidate_tolerances=[(0.1, 0.4), (0.2, 0.4)], threads=2)
+    assert searched.simulated_s > 0
+    assert searched.block_size in (64, 128)
+
+
+def test_baselines_plan_the_batch(batch):
+    for strategy in ("ring", "zigzag", "ulysses", "te"):
+        baseline = dcp.plan_baseline(strategy, batch, "1x2")
+        assert baseline.devices == 2 and baseline.candidate == strategy
+        baseline.validate()
+    with pytest.raises(ValueError, match="nope"):
+        dcp.plan_baseline("nope", batch, "1x2")
+    with pytest.raises(ValueError, match="ulysses"):
+        dcp.plan_baseline("ulysses", batch, "1x4")  # 4 devices do not divide 2 KV heads
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(topology="4"), "4"),
+        (dict(topology=(0, 8)), "0x8"),
+        (dict(block_size=-1), "block_size"),
+        (dict(head_groups=3), "head_groups"),
+        (dict(eps_compute=-1.0), "eps_compute"),
+        (dict(divisions=-2), "divisions"),
+        (dict(division_choice="guess"), "guess"),
+        (dict(cluster="tpu"), "tpu"),
+        (dict(cluster="{"), "JSON"),
+        (dict(threads=0), "threads"),
+        (dict(partitioner="metis"), "metis"),
+        (dict(memory_budget_bytes=1), "memory"),
+    ],
+)
+def test_bad_plan_options_raise_value_error(batch, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        dcp.plan(batch, **{"topology": "1x2", "block_size": 64, **kwargs})
+
+
+def test_bad_ranks_and_bytes_raise_value_error(plan):
+    for rank in (-1, plan.devices):
+        with pytest.raises(ValueError, match=f"rank {rank}"):
+            plan.local_token_indices(rank)
+        with pytest.raises(ValueError, match=f"rank {rank}"):
+            plan.position_ids(rank)
+        with pytest.raises(ValueError, match=f"rank {rank}"):
+            plan.part_for(rank)
+    data = plan.to_bytes()
+    with pytest.raises(ValueError):
+        dcp.Plan.from_bytes(b"")
+    with pytest.raises(ValueError):
+        dcp.Plan.from_bytes(data[:-5])
+    damaged = bytearray(data)
+    damaged[len(damaged) // 2] ^= 0xFF
+    with pytest.raises(ValueError):
+        dcp.Plan.from_bytes(bytes(damaged))
+    with pytest.raises(ValueError, match="contiguous"):
+        dcp.Plan.from_bytes(memoryview(data)[::2])
+
+
+def test_planning_releases_the_gil():
+    # A batch that takes the planner a while on one thread; meanwhile a Python thread counts.
+    # With the GIL held the counter could not move until plan() returned.
+    big = dcp.Batch(dcp.synthetic_batch_lengths(1 << 20, seed=5), "causal")
+    ticks = 0
+    planning = threading.Event()
+    done = threading.Event()
+
+    def count():
+        nonlocal ticks
+        planning.wait()
+        while not done.is_set():
+            ticks += 1
+            time.sleep(0.001)
+
+    counter = threading.Thread(target=count)
+    counter.start()
+    try:
+        planning.set()
+        start = time.perf_counter()
+        dcp.plan(big, "2x8", block_size=1024)
+        elapsed = time.perf_counter() - start
+        ticks_during = ticks
+    finally:
+        done.set()
+        counter.join()
+    if elapsed < 0.05:
+        pytest.skip(f"planning took only {elapsed * 1e3:.1f} ms: too short to observe the GIL")
+    assert ticks_during >= 3, f"{ticks_during} ticks in {elapsed:.3f} s of planning"

@@ -1,0 +1,41 @@
+# SPDX-License-Identifier: Apache-2.0
+"""dcp.simulate: a plan replayed on a cluster model."""
+
+import json
+
+import pytest
+
+import dcp
+
+
+@pytest.fixture(scope="module")
+def plan():
+    batch = dcp.Batch([2048, 512, 300], ["causal", "full", "lambda:sink=16,window=128"])
+    return dcp.plan(batch, "2x8", block_size=128)
+
+
+def test_simulate_reports_positive_times(plan):
+    report = dcp.simulate(plan, "p4de")
+    assert report["cluster"] == "p4de"
+    for name in ("forward", "backward"):
+        p = report[name]
+        assert p["makespan_s"] > 0 and p["busy_s"] > 0 and p["flows"] > 0
+        assert p["attention_flops"] > 0
+    assert report["total_s"] == pytest.approx(
+        report["forward"]["makespan_s"] + report["backward"]["makespan_s"])
+    assert report["compute_imbalance"] >= 1
+    assert "trace_json" not in report
+
+
+def test_simulate_on_another_cluster_and_with_a_trace(plan):
+    report = dcp.simulate(plan, "h100", trace=True)
+    assert report["total_s"] > 0
+    assert "traceEvents" in json.loads(report["trace_json"])
+
+
+def test_simulate_errors_raise_value_error(plan):
+    with pytest.raises(ValueError, match="tpu"):
+        dcp.simulate(plan, "tpu")
+    small = dcp.plan(dcp.Batch([100], "causal"), "1x4", block_size=32)
+    with pytest.raises(ValueError, match="devices per node"):
+        dcp.simulate(small, "p4de")

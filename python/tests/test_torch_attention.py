@@ -1,0 +1,134 @@
+# SPDX-License-Identifier: Apache-2.0
+"""dcp.torch.DCPAttention on 2 and 4 gloo ranks: each rank holds only its tokens; forward and
+backward (autograd) must give the dense single-process reference's rows for that rank."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import dcp
+import dcp.torch as dt
+
+from dense import attention
+from ranks import run_ranks
+
+SEQLENS = [150, 37, 64, 9]
+SHAPE = dict(heads=4, kv_heads=2, head_dim=16)
+
+
+def _inputs(dtype):
+    g = torch.Generator().manual_seed(0)
+    total = sum(SEQLENS)
+    q = torch.randn(total, SHAPE["heads"], SHAPE["head_dim"], generator=g, dtype=torch.float64)
+    kv = torch.randn(total, 2, SHAPE["kv_heads"], SHAPE["head_dim"], generator=g,
+                     dtype=torch.float64)
+    w = torch.randn(total, SHAPE["heads"], SHAPE["head_dim"], generator=g, dtype=torch.float64)
+    # Representable in the run's dtype, so the reference sees the very same inputs.
+    return [t.to(dtype).to(torch.float64) for t in (q, kv, w)]
+
+
+def _check_rank(rank, world, spec, dtype_name, topology):
+    dtype = getattr(torch, dtype_name)
+    batch = dcp.Batch(SEQLENS, spec, dtype="bf16" if dtype == torch.bfloat16 else "fp32",
+                      **SHAPE)
+    plan = dcp.plan(batch, topology=topology, block_size=32)
+    q, kv, w = _inputs(dtype)
+    # The reference, in float64, with autograd for the gradients.
+    qr, kvr = q.clone().requires_grad_(), kv.clone().requires_grad_()
+    o_ref = attention(qr, kvr[:, 0], kvr[:, 1], SEQLENS, spec)
+    (o_ref * w).sum().backward()
+
+    executor = dt.AttentionExecutor()
+    executor.prepare(plan)
+    ql = dt.dispatch(q, plan, rank).to(dtype).requires_grad_()
+    kvl = dt.dispatch(kv, plan, rank).to(dtype).requires_grad_()
+    o = dt.DCPAttention.apply(executor, ql, kvl)
+    (o.double() * dt.dispatch(w, plan, rank)).sum().backward()
+
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    for name, got, want in (("o", o, o_ref), ("dq", ql.grad, qr.grad), ("dkv", kvl.grad, kvr.grad)):
+        want_local = dt.dispatch(want.detach(), plan, rank)
+        scale = want.detach().abs().max().item()
+        err = (got.double() - want_local).abs().max().item()
+        assert err <= tol * scale, f"rank {rank} {name}: max error {err} vs scale {scale}"
+    # undispatch gives back the whole output on every rank.
+    whole = dt.undispatch(o.detach().double(), plan)
+    assert (whole - o_ref.detach()).abs().max().item() <= tol * o_ref.abs().max().item()
+
+
+@pytest.mark.parametrize("spec", ["causal", "lambda:sink=5,window=40",
+                                  "shared-question:question=0.25,answers=3", "documents:count=3"])
+def test_matches_the_dense_reference_on_four_ranks(spec):
+    run_ranks(_check_rank, 4, spec, "float32", (2, 2))
+
+
+def test_bf16_on_two_ranks():
+    run_ranks(_check_rank, 2, "causal", "bfloat16", (1, 2))
+
+
+def _different_plans(rank, world):
+    batch = dcp.Batch(SEQLENS if rank == 0 else SEQLENS[:-1], "causal", **SHAPE)
+    plan = dcp.plan(batch, topology=(1, world), block_size=32)
+    executor = dt.AttentionExecutor()
+    with pytest.raises(ValueError, match="different plans"):
+        executor.prepare(plan)
+
+
+def test_different_plans_on_different_ranks_raise_on_every_rank():
+    run_ranks(_different_plans, 2)
+
+
+def _wrong_group_size(rank, world):
+    plan = dcp.plan(dcp.Batch(SEQLENS, "causal", **SHAPE), topology=(1, 4), block_size=32)
+    with pytest.raises(ValueError, match="for 4 devices but the process group has 2"):
+        dt.AttentionExecutor().prepare(plan)
+
+
+def test_a_plan_for_another_group_size_raises_on_every_rank():
+    run_ranks(_wrong_group_size, 2)
+
+
+def _bad_shape_fails_every_rank(rank, world):
+    plan = dcp.plan(dcp.Batch(SEQLENS, "causal", **SHAPE), topology=(1, world), block_size=32)
+    executor = dt.AttentionExecutor(timeout_s=20)
+    executor.prepare(plan)
+    q, kv, _ = _inputs(torch.float32)
+    ql = dt.dispatch(q, plan, rank).float()
+    kvl = dt.dispatch(kv, plan, rank).float()
+    if rank == 1:
+        ql = ql[:, :2]  # wrong number of heads
+    with pytest.raises((ValueError, RuntimeError)) as info:
+        dt.DCPAttention.apply(executor, ql, kvl)
+    if rank == 1:
+        assert "wrong shape" in str(info.value)
+    else:
+        assert "rank 1" in str(info.value)
+
+
+def test_a_bad_tensor_on_one_rank_raises_on_every_rank():
+    run_ranks(_bad_shape_fails_every_rank, 2)
+
+
+def _compiled(rank, world):
+    plan = dcp.plan(dcp.Batch(SEQLENS, "causal", dtype="fp32", **SHAPE), topology=(1, world),
+                    block_size=32)
+    executor = dt.AttentionExecutor()
+    executor.prepare(plan)
+    q, kv, w = _inputs(torch.float32)
+    ql = dt.dispatch(q, plan, rank).float()
+    kvl = dt.dispatch(kv, plan, rank).float()
+
+    def loss(q, kv):
+        return (dt.DCPAttention.apply(executor, q, kv) * 2).sum()
+
+    compiled = torch.compile(loss, backend="aot_eager", fullgraph=True)
+    eager_q, eager_kv = ql.clone().requires_grad_(), kvl.clone().requires_grad_()
+    comp_q, comp_kv = ql.clone().requires_grad_(), kvl.clone().requires_grad_()
+    loss(eager_q, eager_kv).backward()
+    compiled(comp_q, comp_kv).backward()
+    assert torch.equal(eager_q.grad, comp_q.grad) and torch.equal(eager_kv.grad, comp_kv.grad)
+
+
+def test_torch_compile_traces_the_operator_without_a_graph_break():
+    run_ranks(_compiled, 1)
