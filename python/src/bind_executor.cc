@@ -7,6 +7,7 @@
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -93,6 +94,14 @@ class PythonCommunicator final : public Communicator {
   void Fail(const Status& reason) override {
     py::gil_scoped_acquire gil;
     (void)Call([&] { impl_.attr("fail")(reason.ToString()); });
+  }
+  // The process group's transfers given up on may still touch the executor's memory until the
+  // group ends them, and a Python communicator cannot know when: kept for the process's life.
+  void KeepAliveAfterFailure(std::shared_ptr<void> memory) override {
+    static std::mutex mutex;
+    static std::vector<std::shared_ptr<void>> kept;
+    std::lock_guard lock(mutex);
+    kept.push_back(std::move(memory));
   }
 
  private:
