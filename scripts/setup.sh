@@ -81,3 +81,25 @@ fi
 if [[ ! -f $repo/.dcp-python || $(<"$repo/.dcp-python") != "$python" ]]; then
   printf '%s\n' "$python" >"$repo/.dcp-python"
 fi
+
+# The oldest torch dcp supports (2.4: torch.library.custom_op), in a second venv, so that the tests
+# run on it too (Python.PytestMinimumTorch). Not with DCP_PYTHON: that environment is the user's.
+if [[ -z "${DCP_PYTHON:-}" ]]; then
+  min_venv=${XDG_CACHE_HOME:-$HOME/.cache}/dcp-venv-torch2.4
+  min_python=$min_venv/bin/python
+  if [[ ! -x $min_python ]]; then
+    echo "setup: creating the Python venv $min_venv (torch 2.4, the oldest supported)" >&2
+    /usr/bin/python3 -m venv "$min_venv"
+  fi
+  if ! "$min_python" -c 'import importlib.metadata as m, importlib.util as u, sys
+sys.exit(not (u.find_spec("pytest") and u.find_spec("numpy") and
+              m.version("torch").startswith("2.4.")))' 2>/dev/null; then
+    echo "setup: installing torch 2.4, numpy and pytest into $min_venv" >&2
+    "$min_python" -m pip install -q --disable-pip-version-check 'torch==2.4.*' 'numpy<2' pytest
+  fi
+  if [[ ! -f $repo/.dcp-python-min || $(<"$repo/.dcp-python-min") != "$min_python" ]]; then
+    printf '%s\n' "$min_python" >"$repo/.dcp-python-min"
+  fi
+else
+  rm -f "$repo/.dcp-python-min"
+fi

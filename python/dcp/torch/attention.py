@@ -10,7 +10,7 @@ the plan's token-map order (``dcp.torch.dispatch``); float32 or bfloat16, CPU te
 strides. The output is [local tokens, heads, head_dim] in q's dtype. Forward and backward run the
 plan's programs on this rank's tokens only, exchanging data through the process group.
 """
-from __future__ import annotations
+# No `from __future__ import annotations`: torch 2.4 reads the operators' annotations as types.
 
 import weakref
 

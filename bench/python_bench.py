@@ -1,0 +1,106 @@
+# SPDX-License-Identifier: Apache-2.0
+"""dcp.torch costs on gloo ranks on this machine (results in bench/RESULTS.md):
+
+1. Python overhead per DCPAttention call: the wall time of forward + backward through autograd
+   (torch.library operator, Python communicator over the process group) minus the C++ executor's
+   own time for the same calls (its ExecutionProfile), per call and as a share.
+2. How long a training step waits for its plan: DCPDataLoader with prefetch 0 (planning on the
+   critical path) and 2 (planned in background threads), the step simulated by a sleep.
+
+    PYTHONPATH=build/python $(cat .dcp-python) bench/python_bench.py
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import socket
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import dcp
+import dcp.torch as dt
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def overhead(rank: int, world: int, port: int, tokens: int, calls: int, queue) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=300))
+    torch.set_num_threads(1)
+    lengths = [tokens // 2, tokens // 4, tokens // 8, tokens - tokens // 2 - tokens // 4 - tokens // 8]
+    plan = dcp.plan(dcp.Batch(lengths, "causal", heads=8, kv_heads=2, head_dim=128, dtype="bf16"),
+                    topology=(1, world), block_size=1024)
+    executor = dt.AttentionExecutor()
+    executor.prepare(plan)
+    n = plan.local_tokens(rank)
+    q = torch.randn(n, 8, 128).bfloat16().requires_grad_()
+    kv = torch.randn(n, 2, 2, 128).bfloat16().requires_grad_()
+    wall, inside = [], []
+    for call in range(calls + 1):  # the first call warms up
+        dist.barrier()
+        start = time.perf_counter()
+        o = dt.DCPAttention.apply(executor, q, kv)
+        forward_s = executor._executor.last_profile()["total_s"]
+        o.float().sum().backward()
+        backward_s = executor._executor.last_profile()["total_s"]
+        if call > 0:
+            wall.append(time.perf_counter() - start)
+            inside.append(forward_s + backward_s)
+    if rank == 0:
+        queue.put((statistics.median(wall), statistics.median(inside)))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def plan_wait(rank: int, world: int, port: int, prefetch: int, step_s: float, queue) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=300))
+    lengths = dcp.synthetic_lengths(400, "ldc", seed=1)
+    samples = [torch.zeros(n, dtype=torch.int64) for n in lengths]
+    loader = dt.DCPDataLoader(samples, lambda seqlens: "causal", token_budget=131072,
+                              plan_options=dict(topology=(1, world), block_size=1024),
+                              heads=8, kv_heads=2, head_dim=128, prefetch=prefetch)
+    waits = []
+    for _ in loader:
+        waits.append(loader.last_plan_wait_s)
+        time.sleep(step_s)
+    if rank == 0:
+        queue.put((len(waits), waits[0], statistics.mean(waits[1:])))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def spawn(fn, world: int, *args):
+    queue = mp.get_context("spawn").SimpleQueue()
+    mp.spawn(fn, args=(world, _port(), *args, queue), nprocs=world, join=True)
+    return queue.get()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--tokens", type=int, default=8192)
+    parser.add_argument("--calls", type=int, default=5)
+    parser.add_argument("--step-s", type=float, default=0.5)
+    args = parser.parse_args()
+    wall, inside = spawn(overhead, args.ranks, args.tokens, args.calls)
+    print(f"DCPAttention forward+backward, {args.tokens} tokens causal bf16 8/2 heads x 128 on "
+          f"{args.ranks} ranks: {wall * 1e3:.1f} ms per call, C++ executor {inside * 1e3:.1f} ms, "
+          f"Python overhead {(wall - inside) * 1e3:.2f} ms ({100 * (wall - inside) / wall:.2f}%)")
+    for prefetch in (0, 2):
+        batches, first, later = spawn(plan_wait, args.ranks, prefetch, args.step_s)
+        print(f"DCPDataLoader prefetch {prefetch}: {batches} batches of <= 131072 tokens "
+              f"(LDC-like, 1x{args.ranks}), step {args.step_s} s: first batch waits "
+              f"{first * 1e3:.1f} ms for its plan, later ones {later * 1e3:.2f} ms on average")
+
+
+if __name__ == "__main__":
+    main()
