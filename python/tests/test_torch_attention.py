@@ -132,3 +132,27 @@ def _compiled(rank, world):
 
 def test_torch_compile_traces_the_operator_without_a_graph_break():
     run_ranks(_compiled, 1)
+
+
+def _strided(rank, world):
+    plan = dcp.plan(dcp.Batch(SEQLENS, "causal", dtype="fp32", **SHAPE), topology=(1, world),
+                    block_size=32)
+    executor = dt.AttentionExecutor()
+    executor.prepare(plan)
+    q, kv, _ = _inputs(torch.float32)
+    ql = dt.dispatch(q, plan, rank).float()
+    kvl = dt.dispatch(kv, plan, rank).float()
+    # Views with other strides: q every other head_dim slot of a wider tensor, kv token-strided.
+    wide = torch.zeros(ql.shape[0], ql.shape[1], 2 * ql.shape[2])
+    wide[..., ::2] = ql
+    padded = torch.zeros(kvl.shape[0], 3, *kvl.shape[2:])
+    padded[:, :2] = kvl
+    q_view, kv_view = wide[..., ::2], padded[:, :2]
+    assert not q_view.is_contiguous() and not kv_view.is_contiguous()
+    expected = dt.DCPAttention.apply(executor, ql, kvl)
+    got = dt.DCPAttention.apply(executor, q_view, kv_view)
+    assert torch.equal(got, expected)
+
+
+def test_strided_tensors_give_the_results_of_contiguous_ones():
+    run_ranks(_strided, 2)
