@@ -60,13 +60,14 @@ def overhead(rank: int, world: int, port: int, tokens: int, calls: int, queue) -
     dist.destroy_process_group()
 
 
-def plan_wait(rank: int, world: int, port: int, prefetch: int, step_s: float, queue) -> None:
+def plan_wait(rank: int, world: int, port: int, prefetch: int, step_s: float, block_size: int,
+              queue) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=300))
-    lengths = dcp.synthetic_lengths(400, "ldc", seed=1)
+    lengths = dcp.synthetic_lengths(120, "ldc", scale=4.0, seed=1)
     samples = [torch.zeros(n, dtype=torch.int64) for n in lengths]
     loader = dt.DCPDataLoader(samples, lambda seqlens: "causal", token_budget=131072,
-                              plan_options=dict(topology=(1, world), block_size=1024),
+                              plan_options=dict(topology=(1, world), block_size=block_size),
                               heads=8, kv_heads=2, head_dim=128, prefetch=prefetch)
     waits = []
     for _ in loader:
@@ -89,17 +90,24 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=8192)
     parser.add_argument("--calls", type=int, default=5)
-    parser.add_argument("--step-s", type=float, default=0.5)
+    parser.add_argument("--step-s", type=float, default=1.0)
+    parser.add_argument("--block-size", type=int, default=256)
+    parser.add_argument("--only-loader", action="store_true")
     args = parser.parse_args()
-    wall, inside = spawn(overhead, args.ranks, args.tokens, args.calls)
-    print(f"DCPAttention forward+backward, {args.tokens} tokens causal bf16 8/2 heads x 128 on "
-          f"{args.ranks} ranks: {wall * 1e3:.1f} ms per call, C++ executor {inside * 1e3:.1f} ms, "
-          f"Python overhead {(wall - inside) * 1e3:.2f} ms ({100 * (wall - inside) / wall:.2f}%)")
+    if not args.only_loader:
+        wall, inside = spawn(overhead, args.ranks, args.tokens, args.calls)
+        print(
+            f"DCPAttention forward+backward, {args.tokens} tokens causal bf16 8/2 heads x 128 on "
+            f"{args.ranks} ranks: {wall * 1e3:.1f} ms per call, C++ executor {inside * 1e3:.1f} "
+            f"ms, Python overhead {(wall - inside) * 1e3:.2f} ms "
+            f"({100 * (wall - inside) / wall:.2f}%)")
     for prefetch in (0, 2):
-        batches, first, later = spawn(plan_wait, args.ranks, prefetch, args.step_s)
+        batches, first, later = spawn(plan_wait, args.ranks, prefetch, args.step_s,
+                                      args.block_size)
         print(f"DCPDataLoader prefetch {prefetch}: {batches} batches of <= 131072 tokens "
-              f"(LDC-like, 1x{args.ranks}), step {args.step_s} s: first batch waits "
-              f"{first * 1e3:.1f} ms for its plan, later ones {later * 1e3:.2f} ms on average")
+              f"(LDC-like at scale 4, block {args.block_size}, 1x{args.ranks}), step "
+              f"{args.step_s} s: first batch waits {first * 1e3:.1f} ms for its plan, later "
+              f"ones {later * 1e3:.2f} ms on average")
 
 
 if __name__ == "__main__":

@@ -354,18 +354,20 @@ class DCPDataLoader:
         for key in [k for k, f in self._cache.items() if f is future]:
             del self._cache[key]
 
-    def _check(self, packed: _Packed, future: concurrent.futures.Future, start: float
+    def _check(self, packed: _Packed, future: concurrent.futures.Future, waited: float
                ) -> _Planned:
         """Waits for the plan of ``packed`` and checks, on every rank of the group, that all of
-        them planned it and got the same plan. Collective. ``start``: when the wait began."""
+        them planned it and got the same plan. Collective. ``waited``: seconds already spent
+        planning it on this thread (prefetch 0)."""
         error: BaseException | None = None
         planned: _Planned | None = None
+        start = time.perf_counter()
         try:
             planned = future.result()
         except Exception as e:  # noqa: BLE001 - every rank must reach the all-reduce
             error = e
             self._uncache(future)
-        self.last_plan_wait_s = time.perf_counter() - start
+        self.last_plan_wait_s = waited + time.perf_counter() - start
         digest = 0 if planned is None else planned.plan.hash() & _MASK_62
         # MAX of [failed, hash, -hash]: failed anywhere -> 1; hashes equal iff max == -max(-h).
         check = torch.tensor([int(planned is None), digest, -digest], dtype=torch.int64)
@@ -421,8 +423,9 @@ class DCPDataLoader:
                 if not pending:
                     break
                 packed, future = pending.popleft()
+                waited = time.perf_counter() - start  # planning here, when prefetch == 0
                 fill(self.prefetch)  # the batches after this one plan while it is consumed
-                planned = self._check(packed, future, start)
+                planned = self._check(packed, future, waited)
                 if planned.fallback is not None:
                     warnings.warn(f"DCPDataLoader: batch {packed.index} (seqlens "
                                   f"{_show_seqlens(packed.seqlens)}) fell back to the static "
