@@ -135,7 +135,11 @@ programs are; hash() is the same on every rank holding the same plan. Immutable.
           "to_bytes", [](const PyPlan& p) { return py::bytes(Encode(p.plan)); },
           "The plan in dcp's versioned binary format.")
       .def(
-          "hash", [](const PyPlan& p) { return Fnv1a(Encode(p.plan)); },
+          "hash",
+          [](const PyPlan& p) {
+            py::gil_scoped_release release;  // tens of ms on a large plan
+            return Fnv1a(Encode(p.plan));
+          },
           "64-bit FNV-1a hash of to_bytes(): equal on ranks that hold the same plan.")
       .def(
           "validate",
