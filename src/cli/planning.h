@@ -3,30 +3,18 @@
 // `run` and `simulate`.
 #pragma once
 
-#include <chrono>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/batch_args.h"
-#include "dcp/token_map.h"
 #include "dcp/planner.h"
+#include "dcp/token_map.h"
+#include "util/stopwatch.h"
 
 namespace dcp::cli {
 
-class Stopwatch {
- public:
-  // Milliseconds since the previous lap (or construction).
-  double Lap() {
-    const auto now = std::chrono::steady_clock::now();
-    const double ms = std::chrono::duration<double, std::milli>(now - last_).count();
-    last_ = now;
-    return ms;
-  }
-
- private:
-  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
-};
+using internal::Stopwatch;
 
 // The planner's options from the batch and placement options, --divisions ("auto": the
 // scheduler's cost model, "search": simulate every count, or a number) and the cluster the plan

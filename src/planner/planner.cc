@@ -7,29 +7,18 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cmath>
 #include <optional>
 #include <thread>
+
+#include "util/stopwatch.h"
 
 namespace dcp {
 namespace {
 
 constexpr int32_t kMaxThreads = 1024;
 
-class Stopwatch {
- public:
-  // Milliseconds since the previous lap (or construction).
-  double Lap() {
-    const auto now = std::chrono::steady_clock::now();
-    const double ms = std::chrono::duration<double, std::milli>(now - last_).count();
-    last_ = now;
-    return ms;
-  }
-
- private:
-  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
-};
+using internal::Stopwatch;
 
 // The scheduler's options: the division count, and its cost model taken from the cluster the
 // plan is for, so divisions are sized for that machine.

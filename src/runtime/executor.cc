@@ -94,27 +94,12 @@ class Executor::Impl {
   }
 
   Status Forward(const CallTensors& t) {
-    const AttentionShape& s = part_.shape;
-    const int64_t L = local_tokens_;
-    const std::initializer_list<DType> any = {DType::kFloat32, DType::kBFloat16};
-    DCP_RETURN_IF_ERROR(Check("q", *t.q, {L, s.heads, s.head_dim}, any));
-    DCP_RETURN_IF_ERROR(Check("kv", *t.kv, {L, 2, s.kv_heads, s.head_dim}, any));
-    DCP_RETURN_IF_ERROR(Check("o", *t.o, {L, s.heads, s.head_dim}, any));
-    DCP_RETURN_IF_ERROR(Check("lse", *t.lse, {L, s.heads}, {DType::kFloat32}));
+    DCP_RETURN_IF_ERROR(CheckViews(t));
     return Run(forward(), t);
   }
 
   Status Backward(const CallTensors& t) {
-    const AttentionShape& s = part_.shape;
-    const int64_t L = local_tokens_;
-    const std::initializer_list<DType> any = {DType::kFloat32, DType::kBFloat16};
-    DCP_RETURN_IF_ERROR(Check("q", *t.q, {L, s.heads, s.head_dim}, any));
-    DCP_RETURN_IF_ERROR(Check("kv", *t.kv, {L, 2, s.kv_heads, s.head_dim}, any));
-    DCP_RETURN_IF_ERROR(Check("o", *t.o, {L, s.heads, s.head_dim}, any));
-    DCP_RETURN_IF_ERROR(Check("lse", *t.lse, {L, s.heads}, {DType::kFloat32}));
-    DCP_RETURN_IF_ERROR(Check("d_o", *t.d_o, {L, s.heads, s.head_dim}, any));
-    DCP_RETURN_IF_ERROR(Check("dq", *t.dq, {L, s.heads, s.head_dim}, any));
-    DCP_RETURN_IF_ERROR(Check("dkv", *t.dkv, {L, 2, s.kv_heads, s.head_dim}, any));
+    DCP_RETURN_IF_ERROR(CheckViews(t));
     return Run(backward(), t);
   }
 
@@ -129,9 +114,28 @@ class Executor::Impl {
     return total;
   }
 
-  Status Check(std::string_view what, const TensorView& view, std::vector<int64_t> shape,
-               std::initializer_list<DType> dtypes) const {
-    return CheckView(fmt::format("device {}: {}", device_.value, what), view, shape, dtypes);
+  // Every view the call passes (forward: q, kv, o, lse; backward also d_o, dq, dkv) against the
+  // layouts of executor.h: lse fp32, the others fp32 or bf16.
+  Status CheckViews(const CallTensors& t) const {
+    const AttentionShape& s = part_.shape;
+    const std::vector<int64_t> q_like = {local_tokens_, s.heads, s.head_dim};
+    const std::vector<int64_t> kv_like = {local_tokens_, 2, s.kv_heads, s.head_dim};
+    const std::vector<int64_t> lse = {local_tokens_, s.heads};
+    const struct {
+      const char* name;
+      const TensorView* view;
+      const std::vector<int64_t>& shape;
+    } views[] = {{"q", t.q, q_like},     {"kv", t.kv, kv_like}, {"o", t.o, q_like},
+                 {"lse", t.lse, lse},    {"d_o", t.d_o, q_like}, {"dq", t.dq, q_like},
+                 {"dkv", t.dkv, kv_like}};
+    for (const auto& [name, view, shape] : views) {
+      if (view == nullptr) continue;  // not an argument of this pass
+      const std::string what = fmt::format("device {}: {}", device_.value, name);
+      DCP_RETURN_IF_ERROR(view == t.lse
+                              ? CheckView(what, *view, shape, {DType::kFloat32})
+                              : CheckView(what, *view, shape, {DType::kFloat32, DType::kBFloat16}));
+    }
+    return Status::Ok();
   }
 
   Status Run(const Program& program, const CallTensors& t) {
