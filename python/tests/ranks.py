@@ -20,7 +20,7 @@ def _free_port() -> int:
 def _entry(rank: int, fn, world: int, port: int, args: tuple) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world, timeout=datetime.timedelta(seconds=60))
+                            world_size=world, timeout=datetime.timedelta(seconds=30))
     try:
         fn(rank, world, *args)
         # No rank tears its connections down while another still sends to it.
