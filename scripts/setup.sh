@@ -17,7 +17,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev libfmt-dev
   libtrilinos-zoltan-dev libopenmpi-dev openmpi-bin
   libopenblas-openmp-dev
-  python3 python3-venv python3-dev
+  python3 python3-venv python3-dev libdlpack-dev
 )
 
 missing=()

@@ -15,6 +15,7 @@
 #include "bindings.h"
 #include "dcp/executor.h"
 #include "py_plan.h"
+#include "python_calls.h"
 
 namespace py = pybind11;
 
@@ -45,88 +46,18 @@ TensorView ViewOf(const char* name, const TensorArg& arg) {
   return view;
 }
 
-// The parts of a message as writable memoryviews (torch.frombuffer wraps them without a copy).
-template <typename Part>
-py::list Views(const std::vector<Part>& parts) {
-  py::list views;
-  for (const Part& part : parts) {
-    views.append(py::memoryview::from_memory(
-        const_cast<std::byte*>(part.data()), static_cast<py::ssize_t>(part.size()), false));
-  }
-  return views;
-}
-
-// A Communicator whose calls go to a Python object with launch(id, sends, recvs), test(id) ->
-// bool, wait(id) and fail(reason); sends and recvs are lists of (peer, [memoryview, ...]). A
-// Python exception from it becomes CommFailure (its message), or Timeout when it is TimeoutError.
-class PythonCommunicator final : public Communicator {
- public:
-  PythonCommunicator(py::object impl, int32_t rank, int32_t size)
-      : impl_(std::move(impl)), rank_(rank), size_(size) {}
-  ~PythonCommunicator() override {
-    py::gil_scoped_acquire gil;
-    impl_ = py::object();
-  }
-
-  std::string_view Name() const override { return "python"; }
-  int32_t rank() const override { return rank_; }
-  int32_t size() const override { return size_; }
-
-  Status Launch(int32_t id, std::vector<SendBuffer> sends, std::vector<RecvBuffer> recvs) override {
-    py::gil_scoped_acquire gil;
-    return Call([&] {
-      py::list s, r;
-      for (const SendBuffer& b : sends) s.append(py::make_tuple(b.peer.value, Views(b.parts)));
-      for (const RecvBuffer& b : recvs) r.append(py::make_tuple(b.peer.value, Views(b.parts)));
-      impl_.attr("launch")(id, s, r);
-    });
-  }
-  Result<bool> Test(int32_t id) override {
-    py::gil_scoped_acquire gil;
-    bool done = false;
-    DCP_RETURN_IF_ERROR(Call([&] { done = impl_.attr("test")(id).cast<bool>(); }));
-    return done;
-  }
-  Status Wait(int32_t id) override {
-    py::gil_scoped_acquire gil;
-    return Call([&] { impl_.attr("wait")(id); });
-  }
-  void Fail(const Status& reason) override {
-    py::gil_scoped_acquire gil;
-    (void)Call([&] { impl_.attr("fail")(reason.ToString()); });
-  }
-  // The process group's transfers given up on may still touch the executor's memory until the
-  // group ends them, and a Python communicator cannot know when: kept for the process's life.
-  void KeepAliveAfterFailure(std::shared_ptr<void> memory) override {
-    static std::mutex mutex;
-    static std::vector<std::shared_ptr<void>> kept;
-    std::lock_guard lock(mutex);
-    kept.push_back(std::move(memory));
-  }
-
- private:
-  template <typename F>
-  Status Call(F&& f) {
-    try {
-      f();
-      return Status::Ok();
-    } catch (py::error_already_set& e) {
-      const bool timeout = e.matches(PyExc_TimeoutError);
-      const std::string message = e.what();
-      return timeout ? Status::Timeout(message) : Status::CommFailure(message);
-    }
-  }
-
-  py::object impl_;
-  const int32_t rank_, size_;
-};
-
-// What one rank needs to run a plan: its kernels, its communicator, its executor.
+// What one rank needs to run a plan: its kernels, its communicator, its executor. `kernels` is
+// None for dcp's CPU kernels, else a Python kernel backend on `device` (DLPack's (type, index)).
 class RankExecutor {
  public:
-  RankExecutor(const PyPlan& plan, int32_t rank, int32_t size, py::object comm)
-      : kernels_(MakeCpuBackend()),
-        comm_(std::make_unique<PythonCommunicator>(std::move(comm), rank, size)) {
+  RankExecutor(const PyPlan& plan, int32_t rank, int32_t size, py::object comm,
+               py::object kernels, std::pair<int32_t, int32_t> device) {
+    const DlDevice dl{device.first, device.second};
+    if (kernels.is_none() && dl.type != kDLCPU) {
+      throw py::value_error("dcp's CPU kernels run on CPU memory only; use the torch kernels");
+    }
+    kernels_ = kernels.is_none() ? MakeCpuBackend() : MakePythonBackend(std::move(kernels), dl);
+    comm_ = MakePythonCommunicator(std::move(comm), rank, size, dl);
     executor_ = ValueOrThrow(Executor::Create(plan.plan, plan.Rank(rank), *kernels_, *comm_));
   }
 
@@ -179,9 +110,11 @@ class RankExecutor {
 
 void BindExecutor(py::module_& m) {
   py::class_<RankExecutor>(m, "RankExecutor",
-                           "One rank's executor of a plan (CPU kernels, a Python communicator).")
-      .def(py::init<const PyPlan&, int32_t, int32_t, py::object>(), py::arg("plan"),
-           py::arg("rank"), py::arg("size"), py::arg("comm"))
+                           "One rank's executor of a plan (CPU or Python kernels, a Python communicator).")
+      .def(py::init<const PyPlan&, int32_t, int32_t, py::object, py::object,
+                    std::pair<int32_t, int32_t>>(),
+           py::arg("plan"), py::arg("rank"), py::arg("size"), py::arg("comm"),
+           py::arg("kernels") = py::none(), py::arg("device") = std::make_pair(1, 0))
       .def_property_readonly("local_tokens", &RankExecutor::local_tokens)
       .def("forward", &RankExecutor::Forward, py::arg("q"), py::arg("kv"), py::arg("o"),
            py::arg("lse"))

@@ -17,6 +17,20 @@ def mask(spec: str, length: int) -> torch.Tensor:
     p = dict(kv.split("=") for kv in params.split(",")) if params else {}
     if family == "causal":
         return causal
+    if family == "full":
+        return torch.ones(length, length, dtype=torch.bool)
+    if family == "sliding-window":
+        return causal & (j > i - int(p.get("window", 4096)))
+    if family == "causal-blockwise":
+        block, local = int(p.get("block", 256)), int(p.get("local", 2))
+        b, n = i // block, -(-length // block)
+        edge = (b == 0) | (b == n - 1)
+        return causal & (edge | (j < block) | (j >= torch.clamp(i - local * block, min=block)))
+    if family == "modality":  # the periodic form: `text` text tokens, then `image` image tokens
+        image, text = int(p["image"]), int(p.get("text", 0))
+        phase = i % (image + text)
+        span_end = torch.clamp(i - phase + text + image, max=length)
+        return torch.where(phase < text, causal, j < span_end)
     if family == "lambda":
         sink, window = int(p.get("sink", 64)), int(p.get("window", 4096))
         return causal & ((j < sink) | (j > i - window))

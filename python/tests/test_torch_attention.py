@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""dcp.torch.DCPAttention on 2 and 4 gloo ranks: each rank holds only its tokens; forward and
-backward (autograd) must give the dense single-process reference's rows for that rank."""
+"""dcp.torch.DCPAttention on 2 and 4 gloo ranks, with dcp's CPU kernels and with the torch
+kernels (forced on CPU tensors; on CUDA when there is a GPU): each rank holds only its tokens;
+forward and backward (autograd) must give the dense single-process reference's rows for that
+rank."""
 from __future__ import annotations
 
 import os
@@ -17,6 +19,12 @@ from ranks import run_ranks
 
 SEQLENS = [150, 37, 64, 9]
 SHAPE = dict(heads=4, kv_heads=2, head_dim=16)
+# One spec of every mask family (docs/mask_spec.md), with parameters that matter at these lengths.
+FAMILIES = ["causal", "full", "sliding-window:window=20", "lambda:sink=5,window=40",
+            "causal-blockwise:block=16,local=1", "shared-question:question=0.25,answers=3",
+            "documents:count=3", "modality:image=20,text=12"]
+KERNELS = ["cpu", "torch"]
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 def _inputs(dtype):
@@ -30,8 +38,14 @@ def _inputs(dtype):
     return [t.to(dtype).to(torch.float64) for t in (q, kv, w)]
 
 
-def _check_rank(rank, world, spec, dtype_name, topology):
-    dtype = getattr(torch, dtype_name)
+def _check_rank(rank, world, specs, dtype_name, topology, kernels, device="cpu"):
+    if device == "cuda":
+        device = f"cuda:{torch.cuda.current_device()}"
+    for spec in specs:
+        _check_spec(rank, spec, getattr(torch, dtype_name), topology, kernels, torch.device(device))
+
+
+def _check_spec(rank, spec, dtype, topology, kernels, device):
     batch = dcp.Batch(SEQLENS, spec, dtype="bf16" if dtype == torch.bfloat16 else "fp32",
                       **SHAPE)
     plan = dcp.plan(batch, topology=topology, block_size=32)
@@ -41,32 +55,84 @@ def _check_rank(rank, world, spec, dtype_name, topology):
     o_ref = attention(qr, kvr[:, 0], kvr[:, 1], SEQLENS, spec)
     (o_ref * w).sum().backward()
 
-    executor = dt.AttentionExecutor()
+    executor = dt.AttentionExecutor(kernels=kernels)
     executor.prepare(plan)
-    ql = dt.dispatch(q, plan, rank).to(dtype).requires_grad_()
-    kvl = dt.dispatch(kv, plan, rank).to(dtype).requires_grad_()
+    ql = dt.dispatch(q, plan, rank).to(device, dtype).requires_grad_()
+    kvl = dt.dispatch(kv, plan, rank).to(device, dtype).requires_grad_()
     o = dt.DCPAttention.apply(executor, ql, kvl)
-    (o.double() * dt.dispatch(w, plan, rank)).sum().backward()
+    assert o.device == device and o.dtype == dtype
+    (o.double() * dt.dispatch(w, plan, rank).to(device)).sum().backward()
+    o, ql, kvl = o.cpu(), ql.cpu(), kvl.cpu()
 
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     for name, got, want in (("o", o, o_ref), ("dq", ql.grad, qr.grad), ("dkv", kvl.grad, kvr.grad)):
         want_local = dt.dispatch(want.detach(), plan, rank)
         scale = want.detach().abs().max().item()
         err = (got.double() - want_local).abs().max().item()
-        assert err <= tol * scale, f"rank {rank} {name}: max error {err} vs scale {scale}"
+        assert err <= tol * scale, f"{spec} rank {rank} {name}: max error {err} vs scale {scale}"
     # undispatch gives back the whole output on every rank.
     whole = dt.undispatch(o.detach().double(), plan)
     assert (whole - o_ref.detach()).abs().max().item() <= tol * o_ref.abs().max().item()
 
 
-@pytest.mark.parametrize("spec", ["causal", "lambda:sink=5,window=40",
-                                  "shared-question:question=0.25,answers=3", "documents:count=3"])
-def test_matches_the_dense_reference_on_four_ranks(spec):
-    run_ranks(_check_rank, 4, spec, "float32", (2, 2))
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_every_mask_family_matches_the_dense_reference_on_four_ranks(kernels):
+    run_ranks(_check_rank, 4, FAMILIES, "float32", (2, 2), kernels)
 
 
-def test_bf16_on_two_ranks():
-    run_ranks(_check_rank, 2, "causal", "bfloat16", (1, 2))
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_bf16_on_two_ranks(kernels):
+    run_ranks(_check_rank, 2, ["causal", "documents:count=3"], "bfloat16", (1, 2), kernels)
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cuda_tensors_on_one_rank(dtype):
+    run_ranks(_check_rank, 1, FAMILIES, dtype, (1, 1), "auto", "cuda", backend="nccl")
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
+def test_cuda_tensors_on_two_ranks_over_nccl():
+    run_ranks(_check_rank, 2, FAMILIES, "bfloat16", (1, 2), "auto", "cuda", backend="nccl")
+
+
+def _cpu_kernels_refuse_cuda(rank, world):
+    plan = dcp.plan(dcp.Batch(SEQLENS, "causal", **SHAPE), topology=(1, world), block_size=32)
+    executor = dt.AttentionExecutor(kernels="cpu")
+    executor.prepare(plan)
+    q, kv, _ = _inputs(torch.float32)
+    with pytest.raises(ValueError, match="kernels='cpu' runs on CPU tensors"):
+        dt.DCPAttention.apply(executor, dt.dispatch(q, plan, rank).float().cuda(),
+                              dt.dispatch(kv, plan, rank).float().cuda())
+
+
+@needs_cuda
+def test_the_cpu_kernels_refuse_cuda_tensors():
+    run_ranks(_cpu_kernels_refuse_cuda, 1, backend="nccl")
+
+
+def _mixed_devices(rank, world):
+    plan = dcp.plan(dcp.Batch(SEQLENS, "causal", **SHAPE), topology=(1, world), block_size=32)
+    executor = dt.AttentionExecutor(kernels="torch")
+    executor.prepare(plan)
+    q, kv, _ = _inputs(torch.float32)
+    with pytest.raises(ValueError, match="kv: on cpu, but q is on cuda"):
+        dt.DCPAttention.apply(executor, dt.dispatch(q, plan, rank).float().cuda(),
+                              dt.dispatch(kv, plan, rank).float())
+
+
+@needs_cuda
+def test_tensors_on_different_devices_are_refused():
+    run_ranks(_mixed_devices, 1, backend="nccl")
+
+
+def test_an_unknown_kernel_choice_is_refused():
+    run_ranks(_unknown_kernels, 1)
+
+
+def _unknown_kernels(rank, world):
+    with pytest.raises(ValueError, match="kernels='gpu'; expected one of"):
+        dt.AttentionExecutor(kernels="gpu")
 
 
 def _different_plans(rank, world):
@@ -141,10 +207,10 @@ def test_torch_compile_traces_the_operator_without_a_graph_break():
     run_ranks(_compiled, 1)
 
 
-def _strided(rank, world):
+def _strided(rank, world, kernels):
     plan = dcp.plan(dcp.Batch(SEQLENS, "causal", dtype="fp32", **SHAPE), topology=(1, world),
                     block_size=32)
-    executor = dt.AttentionExecutor()
+    executor = dt.AttentionExecutor(kernels=kernels)
     executor.prepare(plan)
     q, kv, _ = _inputs(torch.float32)
     ql = dt.dispatch(q, plan, rank).float()
@@ -161,5 +227,6 @@ def _strided(rank, world):
     assert torch.equal(got, expected)
 
 
-def test_strided_tensors_give_the_results_of_contiguous_ones():
-    run_ranks(_strided, 2)
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_strided_tensors_give_the_results_of_contiguous_ones(kernels):
+    run_ranks(_strided, 2, kernels)

@@ -3,12 +3,16 @@
 
 The C++ executor calls it (through dcp._core.RankExecutor) to move its buffer slots between ranks:
 every part of a message is one point-to-point send or receive of the slot's bytes where they lie
-(``torch.frombuffer`` over the slot's memory, no copy), tagged with the exchange id, so launches
-of one id between two ranks match in the order they were made.
+(a uint8 tensor over the executor's memory, on its device: no copy), tagged with the exchange id,
+so launches of one id between two ranks match in the order they were made.
 
-Completion: a gloo work completes only inside its blocking ``wait()`` (``is_completed()`` stays
-False before, and a ``wait`` that times out closes the connection), so each launch gets a thread
-that waits for its works; ``wait(id)`` joins it while watching the failure channel.
+Completion, CPU tensors: a gloo work completes only inside its blocking ``wait()``
+(``is_completed()`` stays False before, and a ``wait`` that times out closes the connection), so
+each launch gets a thread that waits for its works; ``wait(id)`` joins it while watching the
+failure channel. Device tensors (NCCL): the parts of a launch go out as one
+``batch_isend_irecv`` (NCCL needs the sends and receives between two ranks grouped), ``test``
+asks ``is_completed()`` and ``wait`` calls the works' ``wait()`` on the calling thread, which
+orders the current stream after them; a timeout is then the process group's own.
 
 Failures: a rank that fails writes its reason under a key of the process group's store; every
 rank's later ``launch``, ``test`` and ``wait`` raise RuntimeError naming it. Without a store (see
@@ -55,6 +59,25 @@ class _Exchange:
             self.error = e
         self.done.set()
 
+    def finished(self) -> bool:
+        return self.done.is_set()
+
+
+class _DeviceExchange:
+    """The works of one launch on device memory, waited for on the caller's thread and stream."""
+
+    error = None
+
+    def __init__(self, works: list) -> None:
+        self.works = works
+
+    def finished(self) -> bool:
+        return all(w.is_completed() for w in self.works)
+
+    def wait(self) -> None:
+        for w in self.works:
+            w.wait()
+
 
 class ProcessGroupComm:
     """launch/test/wait/fail of one rank of ``group`` (the contract of dcp::Communicator)."""
@@ -76,29 +99,33 @@ class ProcessGroupComm:
         self._check_failure()
         if id in self._pending:
             raise ValueError(f"rank {self.rank}: exchange id {id} is already launched")
-        works = []
-        for peer, parts in sends:
-            for view in parts:
-                if len(view) > 0:
-                    works.append(dist.isend(torch.frombuffer(view, dtype=torch.uint8),
-                                            dst=self._global[peer], group=self.group, tag=id))
-        for peer, parts in recvs:
-            for view in parts:
-                if len(view) > 0:
-                    works.append(dist.irecv(torch.frombuffer(view, dtype=torch.uint8),
-                                            src=self._global[peer], group=self.group, tag=id))
-        self._pending[id] = _Exchange(works)
+        ops = [(dist.isend, part, peer) for peer, parts in sends for part in parts] + \
+              [(dist.irecv, part, peer) for peer, parts in recvs for part in parts]
+        ops = [(op, part, self._global[peer]) for op, part, peer in ops if part.numel() > 0]
+        if any(part.device.type != "cpu" for _, part, _ in ops):
+            p2p = [dist.P2POp(op, part, peer, group=self.group, tag=id) for op, part, peer in ops]
+            self._pending[id] = _DeviceExchange(dist.batch_isend_irecv(p2p) if p2p else [])
+            return
+        self._pending[id] = _Exchange([op(part, peer, group=self.group, tag=id)
+                                       for op, part, peer in ops])
 
     def test(self, id: int) -> bool:
         self._check_failure()
         exchange = self._exchange(id)
-        if not exchange.done.is_set():
+        if not exchange.finished():
             return False
         self._finish(id)
         return True
 
     def wait(self, id: int) -> None:
         exchange = self._exchange(id)
+        if isinstance(exchange, _DeviceExchange):
+            del self._pending[id]
+            try:
+                exchange.wait()
+            except Exception as e:  # noqa: BLE001 - the group's own timeout or failure
+                raise RuntimeError(f"rank {self.rank}: exchange id {id}: {e}") from e
+            return
         deadline = time.monotonic() + self.timeout_s
         while not exchange.done.wait(0.005):
             self._check_failure()
@@ -115,7 +142,7 @@ class ProcessGroupComm:
                 self._store.set(self._key, self._failure)
 
     # -- helpers ------------------------------------------------------------------------------
-    def _exchange(self, id: int) -> _Exchange:
+    def _exchange(self, id: int) -> _Exchange | _DeviceExchange:
         if id not in self._pending:
             raise ValueError(f"rank {self.rank}: exchange id {id} was never launched")
         return self._pending[id]

@@ -6,9 +6,13 @@
     o = dcp.torch.DCPAttention.apply(executor, q, kv)
 
 q is [local tokens, heads, head_dim], kv [local tokens, 2, kv_heads, head_dim] (K then V), in
-the plan's token-map order (``dcp.torch.dispatch``); float32 or bfloat16, CPU tensors, any
-strides. The output is [local tokens, heads, head_dim] in q's dtype. Forward and backward run the
+the plan's token-map order (``dcp.torch.dispatch``); float32 or bfloat16, any strides, on any
+device. The output is [local tokens, heads, head_dim] in q's dtype. Forward and backward run the
 plan's programs on this rank's tokens only, exchanging data through the process group.
+
+Kernels: the executor is dcp's C++ executor either way; its kernels are dcp's CPU kernels
+(OpenBLAS) for CPU tensors, or torch operations (``dcp.torch.kernels.TorchKernels``) on the
+tensors' device. ``kernels="auto"`` picks the CPU kernels for CPU tensors and torch's otherwise.
 """
 # No `from __future__ import annotations`: torch 2.4 reads the operators' annotations as types.
 
@@ -19,31 +23,37 @@ import torch.distributed as dist
 
 from .. import _core
 from ._comm import ProcessGroupComm
+from .kernels import TorchKernels
 
 _DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
+_KERNELS = ("auto", "cpu", "torch")
 
 
-def _arg(name: str, t: torch.Tensor) -> tuple:
-    if t.device.type != "cpu":
-        raise ValueError(f"{name}: tensors on {t.device} need the torch kernel backend; the C++ "
-                         "executor runs on CPU tensors")
+def _arg(name: str, t: torch.Tensor, device: torch.device) -> tuple:
+    if t.device != device:
+        raise ValueError(f"{name}: on {t.device}, but q is on {device}")
     if t.dtype not in _DTYPES:
         raise ValueError(f"{name}: dtype {t.dtype} is not supported (float32 or bfloat16)")
     return (t.data_ptr(), _DTYPES[t.dtype], tuple(t.shape), tuple(t.stride()))
 
 
 class AttentionExecutor:
-    """Runs prepared plans on this rank of ``group`` (default: the whole world)."""
+    """Runs prepared plans on this rank of ``group`` (default: the whole world) with ``kernels``
+    "auto" (dcp's CPU kernels for CPU tensors, torch's on other devices), "cpu" or "torch"."""
 
-    def __init__(self, group: dist.ProcessGroup | None = None, timeout_s: float = 60.0) -> None:
+    def __init__(self, group: dist.ProcessGroup | None = None, timeout_s: float = 60.0,
+                 kernels: str = "auto") -> None:
         if not dist.is_initialized():
             raise RuntimeError("dcp.torch.AttentionExecutor needs torch.distributed initialised")
+        if kernels not in _KERNELS:
+            raise ValueError(f"dcp.torch: kernels={kernels!r}; expected one of {_KERNELS}")
+        self.kernels = kernels
         self.group = group
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
         self.timeout_s = timeout_s
         self.plan = None
-        self._executor = None
+        self._executors: dict[torch.device, _core.RankExecutor] = {}  # of self.plan, by device
         # One communicator for every plan this executor runs: exchange ids repeat from plan to
         # plan and match in order; its failure channel stays posted once.
         self._comm = ProcessGroupComm(group, timeout_s)
@@ -64,32 +74,51 @@ class AttentionExecutor:
             raise ValueError(f"dcp.torch: the plan is for {plan.devices} devices but the process "
                              f"group has {self.size} ranks")
         self.plan = plan
-        self._executor = _core.RankExecutor(plan, self.rank, self.size, self._comm)
+        self._executors = {}
 
     @property
     def local_tokens(self) -> int:
+        """This rank's tokens under the prepared plan."""
         self._require_plan()
-        return self._executor.local_tokens
+        return len(self.plan.local_token_indices(self.rank))
 
     def forward(self, q: torch.Tensor, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """o [L, heads, head_dim] (q's dtype) and lse [L, heads] (float32)."""
-        self._require_plan()
-        o = torch.empty(q.shape, dtype=q.dtype)
-        lse = torch.empty(q.shape[:2], dtype=torch.float32)
-        self._executor.forward(_arg("q", q), _arg("kv", kv), _arg("o", o), _arg("lse", lse))
+        """o [L, heads, head_dim] (q's dtype) and lse [L, heads] (float32), on q's device."""
+        run = self._executor_for(q.device)
+        o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+        d = q.device
+        run.forward(_arg("q", q, d), _arg("kv", kv, d), _arg("o", o, d), _arg("lse", lse, d))
         return o, lse
 
     def backward(self, q, kv, o, lse, d_o) -> tuple[torch.Tensor, torch.Tensor]:
         """dq (q's dtype) and dkv (kv's dtype) from the forward's tensors and the output grad."""
-        self._require_plan()
-        dq = torch.empty(q.shape, dtype=q.dtype)
-        dkv = torch.empty(kv.shape, dtype=kv.dtype)
-        self._executor.backward(_arg("q", q), _arg("kv", kv), _arg("o", o), _arg("lse", lse),
-                                _arg("d_o", d_o), _arg("dq", dq), _arg("dkv", dkv))
+        run = self._executor_for(q.device)
+        dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+        dkv = torch.empty_like(kv, memory_format=torch.contiguous_format)
+        d = q.device
+        run.backward(_arg("q", q, d), _arg("kv", kv, d), _arg("o", o, d), _arg("lse", lse, d),
+                     _arg("d_o", d_o, d), _arg("dq", dq, d), _arg("dkv", dkv, d))
         return dq, dkv
 
+    def _executor_for(self, device: torch.device) -> "_core.RankExecutor":
+        """The prepared plan's executor for tensors on ``device``, made on first use."""
+        self._require_plan()
+        if device not in self._executors:
+            on_cpu = device.type == "cpu"
+            if self.kernels == "cpu" and not on_cpu:
+                raise ValueError(f"dcp.torch: kernels='cpu' runs on CPU tensors, not {device}; "
+                                 "use kernels='torch' or 'auto'")
+            kernels = None if self.kernels == "cpu" or (self.kernels == "auto" and on_cpu) \
+                else TorchKernels(device)
+            dl_device = torch.empty(0, device=device).__dlpack_device__()
+            self._executors[device] = _core.RankExecutor(
+                self.plan, self.rank, self.size, self._comm, kernels,
+                (int(dl_device[0]), int(dl_device[1])))
+        return self._executors[device]
+
     def _require_plan(self) -> None:
-        if self._executor is None:
+        if self.plan is None:
             raise RuntimeError("dcp.torch: call AttentionExecutor.prepare(plan) first")
 
 
@@ -98,7 +127,7 @@ class AttentionExecutor:
 _executors: "weakref.WeakValueDictionary[int, AttentionExecutor]" = weakref.WeakValueDictionary()
 
 
-@torch.library.custom_op("dcp::attention_forward", mutates_args=(), device_types="cpu")
+@torch.library.custom_op("dcp::attention_forward", mutates_args=())
 def _attention_forward(q: torch.Tensor, kv: torch.Tensor,
                        handle: int) -> tuple[torch.Tensor, torch.Tensor]:
     return _executors[handle].forward(q, kv)
@@ -109,7 +138,7 @@ def _(q, kv, handle):
     return q.new_empty(q.shape), q.new_empty(q.shape[:2], dtype=torch.float32)
 
 
-@torch.library.custom_op("dcp::attention_backward", mutates_args=(), device_types="cpu")
+@torch.library.custom_op("dcp::attention_backward", mutates_args=())
 def _attention_backward(q: torch.Tensor, kv: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
                         d_o: torch.Tensor, handle: int) -> tuple[torch.Tensor, torch.Tensor]:
     return _executors[handle].backward(q, kv, o, lse, d_o)

@@ -1,0 +1,131 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The torch kernel backend: dcp's kernels written with torch operations, on any device.
+
+The C++ executor runs the plan's instruction stream unchanged and calls this object for every
+computation (the contract of ``dcp::KernelBackend``, include/dcp/kernels.h), passing torch views
+of its memory: the caller's tensors and its workspace, which ``allocate`` takes from torch on the
+backend's device. So the same program runs on CPU, CUDA or ROCm tensors, on the current stream
+of the calling thread, and nothing here assumes a device.
+
+Numerics follow the CPU kernels: inputs in their storage dtype (float32 or bfloat16), every
+product and accumulator in float32, outputs rounded to the storage dtype by ``copy``.
+Layouts (one piece = one data block's tokens of one head group):
+    q, o, dO, dq [tokens, heads, head_dim]; kv, dkv [tokens, 2, kv_heads, head_dim] (K, V);
+    lse, delta [tokens, heads], float32.
+A tile's mask comes as slices (row_begin, row_end, lo_base, lo_slope, hi_base, hi_slope): row i
+of [row_begin, row_end) may see columns [lo_base + lo_slope*i, hi_base + hi_slope*i).
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+_NEG_INF = float("-inf")
+
+
+class TorchKernels:
+    """dcp's kernels as torch operations on ``device``."""
+
+    name = "torch"
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+        # Masks repeat from tile to tile (every diagonal tile of a causal sequence has the same
+        # one), so each is built once; a tile its slices cover whole gets None (no masking).
+        self._mask = functools.lru_cache(maxsize=64)(self._build_mask)
+
+    # -- memory ---------------------------------------------------------------------------------
+    def allocate(self, nbytes: int) -> torch.Tensor:
+        return torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+
+    def copy(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        dst.copy_(src)  # converts float32 <-> bfloat16 rounding to nearest even
+
+    # -- attention ------------------------------------------------------------------------------
+    def attend_forward(self, tiles: list, scale: float) -> None:
+        for o, lse, q, kv, slices in tiles:
+            allowed = self._mask(q.shape[0], kv.shape[0], slices)
+            s, v = self._scores(q, kv, allowed, scale)              # [kvh, g, q, k]
+            tile_lse = torch.logsumexp(s, dim=-1)                   # [kvh, g, q]
+            p = torch.exp(s - _finite(tile_lse).unsqueeze(-1))      # masked: exp(-inf) = 0
+            tile_o = torch.einsum("hgqk,khd->qhgd", p, v).reshape(o.shape)
+            tile_lse = tile_lse.permute(2, 0, 1).reshape(lse.shape)
+            _merge_into(o, lse, tile_o, tile_lse)
+
+    def attend_backward(self, tiles: list, scale: float) -> None:
+        for dq, dkv, q, kv, d_o, lse, delta, slices in tiles:
+            allowed = self._mask(q.shape[0], kv.shape[0], slices)
+            s, v = self._scores(q, kv, allowed, scale)
+            kv_heads, group = s.shape[0], s.shape[1]
+            by_group = (q.shape[0], kv_heads, group)
+            p = torch.exp(s - _finite(lse).reshape(by_group).permute(1, 2, 0).unsqueeze(-1))
+            d_o32 = d_o.float().reshape(*by_group, -1)
+            k = kv[:, 0].float()
+            dp = torch.einsum("qhgd,khd->hgqk", d_o32, v)
+            ds = p * (dp - delta.reshape(by_group).permute(1, 2, 0).unsqueeze(-1))
+            q32 = q.float().reshape(*by_group, -1)
+            dq += (torch.einsum("hgqk,khd->qhgd", ds, k) * scale).reshape(dq.shape)
+            dkv[:, 0] += torch.einsum("hgqk,qhgd->khd", ds, q32) * scale
+            dkv[:, 1] += torch.einsum("hgqk,qhgd->khd", p, d_o32)
+
+    # -- reductions -----------------------------------------------------------------------------
+    def merge_lse(self, o: torch.Tensor, lse: torch.Tensor, sources: list, lse_sources: list) -> None:
+        if not sources:
+            o.zero_()
+            lse.fill_(_NEG_INF)
+            return
+        lses = torch.stack(lse_sources)                             # [n, rows]
+        merged = torch.logsumexp(lses, dim=0)
+        weights = torch.exp(lses - _finite(merged))                 # -inf sources weigh 0
+        out = sum(w.unsqueeze(-1) * src.float() for w, src in zip(weights, sources))
+        o.copy_(out)  # computed before writing: o may be one of the sources
+        lse.copy_(merged)
+
+    def sum(self, dst: torch.Tensor, sources: list) -> None:
+        if not sources:
+            dst.zero_()
+            return
+        dst.copy_(sum(src.float() for src in sources))
+
+    def delta(self, delta: torch.Tensor, o: torch.Tensor, d_o: torch.Tensor) -> None:
+        delta.copy_((o.float() * d_o.float()).sum(dim=-1))
+
+    # -- helpers --------------------------------------------------------------------------------
+    @staticmethod
+    def _scores(q, kv, allowed, scale):
+        """Masked scores [kv_heads, group, q, k] in float32, and V [k, kv_heads, head_dim]."""
+        q_tokens, heads, head_dim = q.shape
+        kv_heads = kv.shape[2]
+        q32 = q.float().reshape(q_tokens, kv_heads, heads // kv_heads, head_dim)
+        s = torch.einsum("qhgd,khd->hgqk", q32, kv[:, 0].float()) * scale
+        if allowed is not None:
+            s = s.masked_fill(~allowed, _NEG_INF)
+        return s, kv[:, 1].float()
+
+    def _build_mask(self, q_tokens: int, kv_tokens: int, slices: tuple) -> torch.Tensor | None:
+        if any(row_begin <= 0 and row_end >= q_tokens and lo_base <= 0 and lo_slope == 0 and
+               hi_slope == 0 and hi_base >= kv_tokens
+               for row_begin, row_end, lo_base, lo_slope, hi_base, hi_slope in slices):
+            return None
+        rows = torch.arange(q_tokens, device=self.device).unsqueeze(1)
+        cols = torch.arange(kv_tokens, device=self.device).unsqueeze(0)
+        allowed = torch.zeros(q_tokens, kv_tokens, dtype=torch.bool, device=self.device)
+        for row_begin, row_end, lo_base, lo_slope, hi_base, hi_slope in slices:
+            allowed |= ((rows >= row_begin) & (rows < row_end) &
+                        (cols >= lo_base + lo_slope * rows) & (cols < hi_base + hi_slope * rows))
+        return allowed
+
+
+def _finite(x: torch.Tensor) -> torch.Tensor:
+    """x with -inf (a row that sees nothing) as 0, so that subtracting it never makes a NaN."""
+    return torch.where(torch.isinf(x), torch.zeros_like(x), x)
+
+
+def _merge_into(o: torch.Tensor, lse: torch.Tensor, tile_o: torch.Tensor,
+                tile_lse: torch.Tensor) -> None:
+    """(o, lse) <- the log-sum-exp merge of (o, lse) and (tile_o, tile_lse), in place."""
+    merged = torch.logaddexp(lse, tile_lse)
+    base = _finite(merged)
+    o.mul_(torch.exp(lse - base).unsqueeze(-1)).add_(tile_o * torch.exp(tile_lse - base).unsqueeze(-1))
+    lse.copy_(merged)
