@@ -12,6 +12,9 @@ same initial weights:
     ``dcp.torch.DCPAttention``; gradients are summed over the ranks (each rank's loss is its
     tokens' share of the batch loss).
 
+The attention kernels are dcp's CPU kernels by default; ``--kernels torch`` runs the same plan
+with the torch kernel backend (torch operations, as on a GPU).
+
 It prints both runs' losses and the largest gradient difference and exits with status 1 unless
 every loss agrees within 1e-5 (relative) and every parameter gradient of every step within 1e-4
 of the reference's largest magnitude. Run it with the package importable:
@@ -185,14 +188,15 @@ def train_dense(steps: int, seed: int, lr: float):
 
 # --- the dcp run ------------------------------------------------------------------------------
 
-def train_rank(rank: int, world: int, port: int, steps: int, seed: int, lr: float, out: str):
+def train_rank(rank: int, world: int, port: int, steps: int, seed: int, lr: float, kernels: str,
+               out: str):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=120))
     try:
         torch.set_num_threads(1)
         model = new_model()
         opt = torch.optim.SGD(model.parameters(), lr=lr)
-        executor = dt.AttentionExecutor()
+        executor = dt.AttentionExecutor(kernels=kernels)
         losses, grads = [], []
         for ids, seqlens, masks in batches(steps, seed):
             batch = dcp.Batch(seqlens, masks, heads=HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM,
@@ -233,14 +237,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--kernels", choices=["auto", "cpu", "torch"], default="auto",
+                        help="dcp.torch.AttentionExecutor's kernels (default: auto = dcp's CPU "
+                             "kernels on these CPU tensors)")
     args = parser.parse_args(argv)
     world = TOPOLOGY[0] * TOPOLOGY[1]
 
     ref_losses, ref_grads = train_dense(args.steps, args.seed, args.lr)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "dcp.pt")
-        mp.spawn(train_rank, args=(world, free_port(), args.steps, args.seed, args.lr, out),
-                 nprocs=world, join=True)
+        mp.spawn(train_rank, nprocs=world, join=True,
+                 args=(world, free_port(), args.steps, args.seed, args.lr, args.kernels, out))
         result = torch.load(out)
 
     ok = True

@@ -8,11 +8,14 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "train_gpt.py"
 
 
-def test_train_gpt_matches_the_dense_run():
-    run = subprocess.run([sys.executable, str(EXAMPLE)], capture_output=True, text=True,
+@pytest.mark.parametrize("args", [[], ["--kernels", "torch"]], ids=["default", "torch-kernels"])
+def test_train_gpt_matches_the_dense_run(args):
+    run = subprocess.run([sys.executable, str(EXAMPLE), *args], capture_output=True, text=True,
                          timeout=300, env=dict(os.environ))
     assert run.returncode == 0, run.stdout + run.stderr
     assert "OK: dcp on 4 ranks matches the dense run" in run.stdout
