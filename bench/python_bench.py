@@ -3,7 +3,8 @@
 
 1. Python overhead per DCPAttention call: the wall time of forward + backward through autograd
    (torch.library operator, Python communicator over the process group) minus the C++ executor's
-   own time for the same calls (its ExecutionProfile), per call and as a share.
+   own time for the same calls (its ExecutionProfile), per call and as a share; with dcp's CPU
+   kernels and with the torch kernel backend on the same plan.
 2. How long a training step waits for its plan: DCPDataLoader with prefetch 0 (planning on the
    critical path) and 2 (planned in background threads), the step simulated by a sleep.
 
@@ -31,31 +32,34 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def overhead(rank: int, world: int, port: int, tokens: int, calls: int, queue) -> None:
+def overhead(rank: int, world: int, port: int, tokens: int, calls: int, kernels: str,
+             queue) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=300))
     torch.set_num_threads(1)
     lengths = [tokens // 2, tokens // 4, tokens // 8, tokens - tokens // 2 - tokens // 4 - tokens // 8]
     plan = dcp.plan(dcp.Batch(lengths, "causal", heads=8, kv_heads=2, head_dim=128, dtype="bf16"),
                     topology=(1, world), block_size=1024)
-    executor = dt.AttentionExecutor()
+    executor = dt.AttentionExecutor(kernels=kernels)
     executor.prepare(plan)
     n = plan.local_tokens(rank)
     q = torch.randn(n, 8, 128).bfloat16().requires_grad_()
     kv = torch.randn(n, 2, 2, 128).bfloat16().requires_grad_()
-    wall, inside = [], []
+    wall, inside, attention = [], [], []
     for call in range(calls + 1):  # the first call warms up
         dist.barrier()
         start = time.perf_counter()
         o = dt.DCPAttention.apply(executor, q, kv)
-        forward_s = executor._executor.last_profile()["total_s"]
+        forward = executor.last_profile()
         o.float().sum().backward()
-        backward_s = executor._executor.last_profile()["total_s"]
+        backward = executor.last_profile()
         if call > 0:
             wall.append(time.perf_counter() - start)
-            inside.append(forward_s + backward_s)
+            inside.append(forward["total_s"] + backward["total_s"])
+            attention.append(forward["attention_s"] + backward["attention_s"])
     if rank == 0:
-        queue.put((statistics.median(wall), statistics.median(inside)))
+        queue.put((statistics.median(wall), statistics.median(inside),
+                   statistics.median(attention)))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -93,14 +97,16 @@ def main() -> None:
     parser.add_argument("--step-s", type=float, default=1.0)
     parser.add_argument("--block-size", type=int, default=256)
     parser.add_argument("--only-loader", action="store_true")
+    parser.add_argument("--kernels", nargs="+", default=["cpu", "torch"],
+                        choices=["cpu", "torch"])
     args = parser.parse_args()
-    if not args.only_loader:
-        wall, inside = spawn(overhead, args.ranks, args.tokens, args.calls)
+    for kernels in ([] if args.only_loader else args.kernels):
+        wall, inside, attention = spawn(overhead, args.ranks, args.tokens, args.calls, kernels)
         print(
-            f"DCPAttention forward+backward, {args.tokens} tokens causal bf16 8/2 heads x 128 on "
-            f"{args.ranks} ranks: {wall * 1e3:.1f} ms per call, C++ executor {inside * 1e3:.1f} "
-            f"ms, Python overhead {(wall - inside) * 1e3:.2f} ms "
-            f"({100 * (wall - inside) / wall:.2f}%)")
+            f"DCPAttention forward+backward, {kernels} kernels, {args.tokens} tokens causal bf16 "
+            f"8/2 heads x 128 on {args.ranks} ranks: {wall * 1e3:.1f} ms per call, C++ executor "
+            f"{inside * 1e3:.1f} ms (attention {attention * 1e3:.1f} ms), Python overhead "
+            f"{(wall - inside) * 1e3:.2f} ms ({100 * (wall - inside) / wall:.2f}%)")
     for prefetch in (0, 2):
         batches, first, later = spawn(plan_wait, args.ranks, prefetch, args.step_s,
                                       args.block_size)

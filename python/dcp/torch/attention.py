@@ -54,6 +54,7 @@ class AttentionExecutor:
         self.timeout_s = timeout_s
         self.plan = None
         self._executors: dict[torch.device, _core.RankExecutor] = {}  # of self.plan, by device
+        self._last: _core.RankExecutor | None = None  # the one that ran the last call
         # One communicator for every plan this executor runs: exchange ids repeat from plan to
         # plan and match in order; its failure channel stays posted once.
         self._comm = ProcessGroupComm(group, timeout_s)
@@ -101,6 +102,13 @@ class AttentionExecutor:
                      _arg("d_o", d_o, d), _arg("dq", dq, d), _arg("dkv", dkv, d))
         return dq, dkv
 
+    def last_profile(self) -> dict:
+        """Where the last forward or backward call spent its time inside the C++ executor:
+        total_s, attention_s, reduction_s, copies_s, communication_s, overhead_s."""
+        if self._last is None:
+            raise RuntimeError("dcp.torch: no call has run yet")
+        return self._last.last_profile()
+
     def _executor_for(self, device: torch.device) -> "_core.RankExecutor":
         """The prepared plan's executor for tensors on ``device``, made on first use."""
         self._require_plan()
@@ -115,7 +123,8 @@ class AttentionExecutor:
             self._executors[device] = _core.RankExecutor(
                 self.plan, self.rank, self.size, self._comm, kernels,
                 (int(dl_device[0]), int(dl_device[1])))
-        return self._executors[device]
+        self._last = self._executors[device]
+        return self._last
 
     def _require_plan(self) -> None:
         if self.plan is None:
