@@ -285,8 +285,31 @@ def _two_ranks(rank, world):
         with pytest.raises(ValueError, match="batch 0.*count=999"):
             list(loader)
     else:
-        with pytest.raises(RuntimeError, match="batch 0.*another rank"):
+        with pytest.raises(RuntimeError, match="another rank.*batch 0"):
             list(loader)
+    # The dataset raises on rank 1 only, in the third batch: both ranks get the two batches
+    # before it, then raise (rank 1 its own error, rank 0 hearing of it), with prefetch on and off.
+    def failing(rank):
+        yield from samples[:4]
+        if rank == 1:
+            raise OSError("disk gone")
+        yield from samples[4:]
+
+    for prefetch in (0, 2):
+        loader = dt.DCPDataLoader(failing(rank), causal, token_budget=64, plan_options=OPTIONS,
+                                  prefetch=prefetch, **SHAPE)
+        got = []
+        expected = (RuntimeError, "reading the dataset failed after 2 batches: disk gone") \
+            if rank == 1 else (RuntimeError, "reading the dataset failed on another rank")
+        with pytest.raises(expected[0], match=expected[1]):
+            for d, _ in loader:
+                got.append(d["batch_index"])
+        assert got == [0, 1]
+
+    # Rank 1's data ends a batch early: both raise instead of waiting for each other.
+    short = samples if rank == 0 else samples[:-1]
+    with pytest.raises(RuntimeError, match="data ended at different batches"):
+        list(dt.DCPDataLoader(short, causal, token_budget=64, plan_options=OPTIONS, **SHAPE))
     dist.barrier()  # the group still works after the failures
 
 

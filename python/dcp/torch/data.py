@@ -52,6 +52,8 @@ MaskSpecs = Union[str, dcp.MaskSpec, Sequence[Union[str, dcp.MaskSpec]]]
 #: A sample: a 1-D integer tensor of token ids, or a dict with "input_ids" (and "labels").
 Sample = Union[torch.Tensor, dict]
 
+# A rank's state at each batch, all-reduced so that every rank raises when any fails (_agree).
+_STATES = ("planned", "planning failed", "data failed", "ended")
 _MASK_62 = (1 << 62) - 1
 _SEQLENS_SHOWN = 16
 
@@ -354,6 +356,29 @@ class DCPDataLoader:
         for key in [k for k, f in self._cache.items() if f is future]:
             del self._cache[key]
 
+    def _agree(self, state: str, digest: int = 0) -> tuple[set[str], bool]:
+        """Collective: every rank tells its state (one of _STATES) and plan hash; returns the
+        states some rank is in and whether all hashes are equal."""
+        flags = [int(state == name) for name in _STATES]
+        check = torch.tensor(flags + [digest, -digest], dtype=torch.int64)
+        dist.all_reduce(check, op=dist.ReduceOp.MAX, group=self.group)
+        states = {name for name, flag in zip(_STATES, check.tolist()) if flag}
+        return states, int(check[-2]) == -int(check[-1])
+
+    @staticmethod
+    def _raise_for_others(where: str, states: set[str]) -> None:
+        """Raises on a rank whose own state was fine when another rank's was not."""
+        if "data failed" in states:
+            raise RuntimeError(f"DCPDataLoader: reading the dataset failed on another rank of the "
+                               f"group, {where}")
+        if "ended" in states and len(states) > 1:
+            raise RuntimeError(f"DCPDataLoader: the ranks' data ended at different batches, "
+                               f"{where}: the dataset must yield the same samples on every rank "
+                               "of the group")
+        if "planning failed" in states:
+            raise RuntimeError(f"DCPDataLoader: planning failed on another rank of the group, "
+                               f"{where}")
+
     def _check(self, packed: _Packed, future: concurrent.futures.Future, waited: float
                ) -> _Planned:
         """Waits for the plan of ``packed`` and checks, on every rank of the group, that all of
@@ -369,19 +394,15 @@ class DCPDataLoader:
             self._uncache(future)
         self.last_plan_wait_s = waited + time.perf_counter() - start
         digest = 0 if planned is None else planned.plan.hash() & _MASK_62
-        # MAX of [failed, hash, -hash]: failed anywhere -> 1; hashes equal iff max == -max(-h).
-        check = torch.tensor([int(planned is None), digest, -digest], dtype=torch.int64)
-        dist.all_reduce(check, op=dist.ReduceOp.MAX, group=self.group)
+        states, same = self._agree("planning failed" if planned is None else "planned", digest)
         where = f"batch {packed.index} (seqlens {_show_seqlens(packed.seqlens)})"
         if error is not None:
             message = f"DCPDataLoader: planning {where} failed: {error}"
             if isinstance(error, ValueError):
                 raise ValueError(message) from error
             raise RuntimeError(message) from error
-        if int(check[0]) != 0:
-            raise RuntimeError(f"DCPDataLoader: planning {where} failed on another rank of the "
-                               "group")
-        if int(check[1]) != -int(check[2]):
+        self._raise_for_others(f"at {where}", states)
+        if not same:
             raise ValueError(f"DCPDataLoader: the ranks of the group planned {where} differently "
                              "(their plan hashes differ); dataset, mask_fn and options must be "
                              "the same on every rank")
@@ -389,6 +410,16 @@ class DCPDataLoader:
             raise ValueError(f"DCPDataLoader: the plan of {where} is for {planned.plan.devices} "
                              f"devices but the process group has {self.size} ranks")
         return planned
+
+    def _check_end(self, batches: int, data_error: BaseException | None) -> None:
+        """Collective, after this rank's last batch: every rank ended there, none failed."""
+        states, _ = self._agree("ended" if data_error is None else "data failed")
+        where = f"after {batches} batches"
+        if data_error is not None:
+            kind = ValueError if isinstance(data_error, ValueError) else RuntimeError
+            raise kind(f"DCPDataLoader: reading the dataset failed {where}: "
+                       f"{data_error}") from data_error
+        self._raise_for_others(where, states)
 
     def _local(self, packed: _Packed, plan: "dcp.Plan") -> dict[str, Any]:
         indices = torch.from_numpy(plan.local_token_indices(self.rank))
@@ -408,9 +439,17 @@ class DCPDataLoader:
         pending: collections.deque[tuple[_Packed, concurrent.futures.Future]] = (
             collections.deque())
 
+        data_error: BaseException | None = None  # the dataset (or packing) raised
+        yielded = 0
+
         def fill(ahead: int) -> None:
-            while len(pending) < ahead:
-                packed = next(batches, None)
+            nonlocal data_error
+            while len(pending) < ahead and data_error is None:
+                try:
+                    packed = next(batches, None)
+                except Exception as e:  # noqa: BLE001 - raised on every rank by _check_end
+                    data_error = e
+                    return
                 if packed is None:
                     return
                 pending.append((packed, self._submit(packed, pool)))
@@ -421,6 +460,7 @@ class DCPDataLoader:
                 if not pending:
                     fill(1)  # planned right here when prefetch == 0
                 if not pending:
+                    self._check_end(yielded, data_error)
                     break
                 packed, future = pending.popleft()
                 waited = time.perf_counter() - start  # planning here, when prefetch == 0
@@ -431,6 +471,7 @@ class DCPDataLoader:
                                   f"{_show_seqlens(packed.seqlens)}) fell back to the static "
                                   f"'{planned.fallback}' plan: dcp.plan failed: "
                                   f"{planned.reason}", stacklevel=2)
+                yielded += 1
                 yield self._local(packed, planned.plan), planned.plan
         finally:
             if pool is not None:
