@@ -157,9 +157,11 @@ def test_a_plan_for_another_group_size_raises_on_every_rank():
     run_ranks(_wrong_group_size, 2)
 
 
-def _bad_shape_fails_every_rank(rank, world):
+def _bad_shape_fails_every_rank(rank, world, store_path):
     plan = dcp.plan(dcp.Batch(SEQLENS, "causal", **SHAPE), topology=(1, world), block_size=32)
-    executor = dt.AttentionExecutor(timeout_s=20)
+    # rank 0 hears of rank 1's failure through the store (a timeout would name no rank).
+    store = dist.FileStore(store_path, world) if store_path else None
+    executor = dt.AttentionExecutor(timeout_s=20, store=store)
     executor.prepare(plan)
     q, kv, _ = _inputs(torch.float32)
     ql = dt.dispatch(q, plan, rank).float()
@@ -179,8 +181,9 @@ def _bad_shape_fails_every_rank(rank, world):
     os._exit(0)
 
 
-def test_a_bad_tensor_on_one_rank_raises_on_every_rank():
-    run_ranks(_bad_shape_fails_every_rank, 2)
+@pytest.mark.parametrize("store", ["default", "given"])
+def test_a_bad_tensor_on_one_rank_raises_on_every_rank(store, tmp_path):
+    run_ranks(_bad_shape_fails_every_rank, 2, str(tmp_path / "store") if store == "given" else "")
 
 
 def _compiled(rank, world):

@@ -14,9 +14,9 @@ failure channel. Device tensors (NCCL): the parts of a launch go out as one
 asks ``is_completed()`` and ``wait`` calls the works' ``wait()`` on the calling thread, which
 orders the current stream after them; a timeout is then the process group's own.
 
-Failures: a rank that fails writes its reason under a key of the process group's store; every
-rank's later ``launch``, ``test`` and ``wait`` raise RuntimeError naming it. Without a store (see
-``_store``) a failed rank is noticed only when the group's own timeout ends the transfers waiting
+Failures: a rank that fails writes its reason under a key of a store all ranks share (the one
+given, else the default process group's); every rank's later ``launch``, ``test`` and ``wait``
+raise RuntimeError naming it. Without a store (see ``_default_store``) a failed rank is noticed only when the group's own timeout ends the transfers waiting
 for it. After a failure, transfers still posted may touch the executor's memory until the process
 group ends them: destroy the group rather than reuse it.
 """
@@ -32,9 +32,9 @@ import torch.distributed as dist
 _instances = itertools.count()  # communicators are made in the same order on every rank
 
 
-def _store(group):
-    """The key-value store behind the default process group (torch keeps it private; every torch
-    2.x has it), or None."""
+def _default_store():
+    """The key-value store behind the default process group, or None. torch keeps the accessor
+    private (every torch 2.x has it): used when present, never required."""
     try:
         from torch.distributed import distributed_c10d
         return distributed_c10d._get_default_store()
@@ -82,7 +82,8 @@ class _DeviceExchange:
 class ProcessGroupComm:
     """launch/test/wait/fail of one rank of ``group`` (the contract of dcp::Communicator)."""
 
-    def __init__(self, group: dist.ProcessGroup | None, timeout_s: float) -> None:
+    def __init__(self, group: dist.ProcessGroup | None, timeout_s: float,
+                 store: dist.Store | None = None) -> None:
         self.group = group
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
@@ -90,7 +91,7 @@ class ProcessGroupComm:
         self._global = [dist.get_global_rank(group, r) if group is not None else r
                         for r in range(self.size)]
         self._pending: dict[int, _Exchange] = {}
-        self._store = _store(group)
+        self._store = store if store is not None else _default_store()
         self._key = f"dcp/failed/{next(_instances)}"
         self._failure: str | None = None
 

@@ -38,11 +38,21 @@ def _arg(name: str, t: torch.Tensor, device: torch.device) -> tuple:
 
 
 class AttentionExecutor:
-    """Runs prepared plans on this rank of ``group`` (default: the whole world) with ``kernels``
-    "auto" (dcp's CPU kernels for CPU tensors, torch's on other devices), "cpu" or "torch"."""
+    """Runs prepared plans on this rank of ``group`` (default: the whole world).
+
+    Args:
+        group: the process group whose ranks are the plan's devices (rank i runs device i).
+        timeout_s: how long a rank waits for a transfer before raising TimeoutError (CPU
+            tensors; on devices the process group's own timeout applies).
+        kernels: "auto" (dcp's CPU kernels for CPU tensors, torch's on other devices), "cpu"
+            or "torch" (``dcp.torch.kernels.TorchKernels``, any device).
+        store: a ``torch.distributed.Store`` every rank shares, through which a rank that fails
+            mid-call tells the others at once. Default: the default process group's store where
+            torch exposes it; without one, the others learn of a failure by their timeout.
+    """
 
     def __init__(self, group: dist.ProcessGroup | None = None, timeout_s: float = 60.0,
-                 kernels: str = "auto") -> None:
+                 kernels: str = "auto", store: dist.Store | None = None) -> None:
         if not dist.is_initialized():
             raise RuntimeError("dcp.torch.AttentionExecutor needs torch.distributed initialised")
         if kernels not in _KERNELS:
@@ -57,7 +67,7 @@ class AttentionExecutor:
         self._last: _core.RankExecutor | None = None  # the one that ran the last call
         # One communicator for every plan this executor runs: exchange ids repeat from plan to
         # plan and match in order; its failure channel stays posted once.
-        self._comm = ProcessGroupComm(group, timeout_s)
+        self._comm = ProcessGroupComm(group, timeout_s, store)
         self.handle = id(self)
         _executors[self.handle] = self
 
