@@ -30,6 +30,7 @@ import os
 import socket
 import sys
 import tempfile
+import time
 
 import torch
 import torch.distributed as dist
@@ -190,8 +191,9 @@ def train_dense(steps: int, seed: int, lr: float):
 
 def train_rank(rank: int, world: int, port: int, steps: int, seed: int, lr: float, kernels: str,
                out: str):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world, timeout=datetime.timedelta(seconds=120))
+    timeout = datetime.timedelta(seconds=120)
+    store = dist.TCPStore("127.0.0.1", port, world, is_master=rank == 0, timeout=timeout)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timeout)
     try:
         torch.set_num_threads(1)
         model = new_model()
@@ -221,8 +223,14 @@ def train_rank(rank: int, world: int, port: int, steps: int, seed: int, lr: floa
             opt.step()
         if rank == 0:
             torch.save({"losses": losses, "grads": grads}, out)
-        dist.barrier()  # no rank tears its connections down while another still sends to it
+        # No rank tears its connections down while another still sends to it.
+        if store.add("finished", 1) == world:
+            store.set("all finished", "1")
+        store.wait(["all finished"])
     finally:
+        # torch 2.4 can deadlock destroying a gloo group while its worker thread still waits for
+        # the GIL to free a finished collective's tensors: hand the GIL over first.
+        time.sleep(0.05)
         dist.destroy_process_group()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import time
 
 import torch
 import torch.distributed as dist
@@ -22,13 +23,22 @@ def _entry(rank: int, fn, world: int, port: int, backend: str, args: tuple) -> N
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if backend == "nccl":
         torch.cuda.set_device(rank)
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world, timeout=datetime.timedelta(seconds=30))
+    timeout = datetime.timedelta(seconds=30)
+    store = dist.TCPStore("127.0.0.1", port, world, is_master=rank == 0, timeout=timeout)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
     try:
         fn(rank, world, *args)
-        # No rank tears its connections down while another still sends to it.
-        dist.barrier()
+        # No rank tears its connections down while another still sends to it (through the store:
+        # a barrier would be one more gloo work to free, see below).
+        if store.add("done", 1) == world:
+            store.set("all done", "1")
+        store.wait(["all done"])
     finally:
+        # torch 2.4: gloo's worker thread frees a finished work after the caller's wait returned,
+        # and when the caller no longer holds the work's tensors that takes the GIL, while
+        # destroy_process_group joins the worker holding the GIL: a deadlock (1 suite run in 2).
+        # Sleeping hands the GIL to a worker waiting for it.
+        time.sleep(0.05)
         dist.destroy_process_group()
 
 

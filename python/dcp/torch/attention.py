@@ -91,7 +91,7 @@ class AttentionExecutor:
     def local_tokens(self) -> int:
         """This rank's tokens under the prepared plan."""
         self._require_plan()
-        return len(self.plan.local_token_indices(self.rank))
+        return self.plan.local_tokens(self.rank)
 
     def forward(self, q: torch.Tensor, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """o [L, heads, head_dim] (q's dtype) and lse [L, heads] (float32), on q's device."""
