@@ -98,8 +98,8 @@ class TrackingBackend final : public dcp::KernelBackend {
 void BM_Execute(benchmark::State& state, dcp::DType dtype) {
   const dcp::AttentionShape shape{.heads = 8, .kv_heads = 2, .head_dim = 128, .dtype = dtype};
   auto batch = dcp::Batch::Create({8192, 4096, 2048, 2048}, {dcp::MaskSpec{}}, shape);
-  auto planned = dcp::PlanBatch(
-      *batch, {.topology = {.nodes = 1, .devices_per_node = 2}, .block_size = 1024});
+  auto planned =
+      dcp::PlanBatch(*batch, dcp::SinglePassOptions({.nodes = 1, .devices_per_node = 2}, 1024));
   if (!planned.ok()) {
     state.SkipWithError(planned.status().ToString().c_str());
     return;

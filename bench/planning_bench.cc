@@ -14,8 +14,8 @@ void BM_Planning(benchmark::State& state, const char* mask_text, double scale) {
   auto lengths = dcp::SyntheticBatch({.scale = scale, .seed = 0}, 131072);
   auto batch =
       dcp::Batch::Create(*lengths, {*dcp::MaskSpec::Parse(mask_text)}, dcp::AttentionShape{});
-  dcp::PlanOptions options;
-  options.topology = {.nodes = 4, .devices_per_node = 8};
+  const dcp::PlanOptions options =
+      dcp::SinglePassOptions({.nodes = 4, .devices_per_node = 8}, 1024);
   dcp::PlanningTimes ms;
   for (auto _ : state) {
     auto planned = dcp::PlanBatch(*batch, options);

@@ -31,8 +31,7 @@ dcp::Result<dcp::Plan> MakePlan(const Case& c) {
                          dcp::PlanBaseline(c.strategy, batch, {.topology = topology}));
     return std::move(baseline.plan);
   }
-  dcp::PlanOptions options;
-  options.topology = topology;
+  dcp::PlanOptions options = dcp::SinglePassOptions(topology, 1024);
   options.head_groups = c.head_groups;
   DCP_ASSIGN_OR_RETURN(dcp::PlannedBatch planned, dcp::PlanBatch(batch, options));
   return std::move(planned.plan);

@@ -56,7 +56,7 @@ struct BaselinePlan {
   BlockSet blocks;     // the strategy's chunks as data blocks, their tiles as compute blocks
   Placement placement;
   Schedule schedule;
-  Plan plan;
+  Plan plan;  // origin: the strategy's name ("zigzag"; LoongTrain: "loongtrain:<inner ring>")
   int64_t padded_tokens = 0;  // tokens the real system would add to meet its divisibility rule
 };
 

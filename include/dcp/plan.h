@@ -177,6 +177,8 @@ struct PlanComputeBlock {
   friend bool operator==(const PlanComputeBlock&, const PlanComputeBlock&) = default;
 };
 
+inline constexpr size_t kMaxOriginBytes = 256;
+
 struct Plan {
   Topology topology = {};
   AttentionShape shape = {};
@@ -192,6 +194,10 @@ struct Plan {
   std::vector<Program> forward = {};
   std::vector<Program> backward = {};
   int32_t part_device = -1;  // -1: the whole plan
+  // What made the plan, for reports: "dcp 2048:0.05/0.05:9" (dcp's placement: block size,
+  // compute/inter-node tolerances, divisions), "zigzag", "loongtrain:2", ...; at most
+  // kMaxOriginBytes. Empty when the maker did not say.
+  std::string origin = {};
   friend bool operator==(const Plan&, const Plan&) = default;
 };
 

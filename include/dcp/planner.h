@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,64 +37,99 @@ enum class DivisionChoice : uint8_t {
   kSimulate = 1,   // compile and simulate every count on `cluster`, keep the fastest (slower)
 };
 
+// What the planner tunes when PlanOptions leaves a value open. Every (block size, tolerances)
+// pair is one candidate placement of dcp's own; with `static_layouts`, the static layouts of
+// include/dcp/baselines.h (ring, zigzag, TransformerEngine, LoongTrain at each inner ring) are
+// candidates too. Every candidate is planned and simulated on PlanOptions::cluster and the
+// fastest wins (ties: the earlier in candidate order). The work is bounded by these lists, never
+// by the clock, so the same inputs give the same plan on every machine and thread count.
+struct TuningOptions {
+  // Tried when PlanOptions::block_size is 0. Sizes that cut the batch into fewer blocks than
+  // there are devices are left out; when none is left (a small batch), the block-size heuristic
+  // picks one (ChooseBlockSize).
+  std::vector<int64_t> block_sizes = {1024, 2048, 4096};
+  // Tried in order; empty: the one pair PlanOptions::partition holds (tolerances pinned).
+  std::vector<Tolerances> tolerances = {{0.1, 0.4}, {0.05, 0.05}, {0.02, 0.02}};
+  bool static_layouts = true;
+  // At most this many of dcp's own candidates (block sizes outer, tolerances inner).
+  int32_t max_candidates = 12;
+
+  // InvalidArgument naming the field.
+  Status Validate() const;
+};
+
 struct PlanOptions {
   // --- What the plan is for.
   // Nodes x devices per node; the plan has one forward and one backward program per device.
   Topology topology = {.nodes = 1, .devices_per_node = 1};
-  // The cluster the plan is costed for: the scheduler's division cost model, the division and
-  // candidate searches. When a search simulates plans on it, its devices_per_node must be the
-  // topology's.
+  // The cluster the plan is costed for (the scheduler's division cost model, the division and
+  // candidate searches), with as many devices per node as the topology: its device and links
+  // are what matter.
   ClusterSpec cluster = {};
 
   // --- Blocking.
-  // Tokens per data block; 0 picks the largest power of two that spreads the batch's blocks over
-  // the topology's devices within partition.eps_memory (ChooseBlockSize).
-  int64_t block_size = 1024;
+  // Tokens per data block; 0 tunes it (tuning.block_sizes), or when no size of that list suits
+  // the batch, the largest power of two that spreads its blocks over the devices within
+  // partition.eps_memory.
+  int64_t block_size = 0;
   // Compute blocks per tile: divides the batch's KV heads.
   int64_t head_groups = 1;
 
-  // --- Placement: partitioner, tolerances (compute, inter-node, memory), seed.
+  // --- Placement: partitioner, tolerances (compute, inter-node, memory), seed. The compute and
+  // inter-node tolerances are used as given only when tuning.tolerances is empty.
   PartitionOptions partition = {};
 
   // --- Scheduling.
-  // Divisions per pass; 0 lets `division_choice` pick.
+  // Divisions per pass; 0 lets `division_choice` pick, for each candidate.
   int32_t divisions = 0;
   DivisionChoice division_choice = DivisionChoice::kCostModel;
 
-  // --- Candidate search. When either list is non-empty, every (block size, tolerances) pair
-  // (an empty list stands for this options' own value) is planned, simulated on `cluster`, and
-  // the fastest plan is kept; PlannedBatch::candidate names it. Ties keep the earlier candidate.
-  std::vector<int64_t> candidate_block_sizes = {};
-  std::vector<Tolerances> candidate_tolerances = {};
+  // --- Tuning: the candidates tried for what is left open above.
+  TuningOptions tuning = {};
   // Threads planning candidates at once (>= 1). The result does not depend on it.
   int32_t threads = 1;
 
   // --- Memory. When > 0, every device's peak buffer bytes (the larger of its forward and backward
-  // programs) must stay within it; a plan above it is refused (InvalidArgument naming the device
-  // and its peak), and in a candidate search such candidates are skipped.
+  // programs) must stay within it: candidates above it are skipped, and when none fits planning
+  // fails (InvalidArgument naming the smallest peak among the candidates tried).
   int64_t memory_budget_bytes = 0;
 
   // InvalidArgument naming the field when a value is out of range.
   Status Validate() const;
 };
 
+// Options that plan in one pass of dcp's own pipeline, nothing tuned: this topology and block
+// size, the default tolerances (PartitionOptions), no static layouts.
+PlanOptions SinglePassOptions(const Topology& topology, int64_t block_size);
+
 // Milliseconds per phase of the chosen plan; building the batch itself is not counted.
 struct PlanningTimes {
   double blocking = 0, placement = 0, scheduling = 0, compile = 0;
-  double search = 0;  // the candidate search around them, when there was one (wall clock)
+  double search = 0;  // the rest of the tuning around them (other candidates, simulation)
   double total() const { return blocking + placement + scheduling + compile + search; }
+};
+
+// One candidate of the tuning and how it fared.
+struct CandidateOutcome {
+  std::string name;         // as Plan::origin
+  bool own = true;          // dcp's own placement; false: a static layout
+  double simulated_s = 0;   // forward + backward on the cluster; 0 when it was not planned
+  int64_t peak_bytes = 0;   // the largest device peak of buffer bytes
+  std::string error;        // why it was not planned (or was over the memory budget), or empty
 };
 
 struct PlannedBatch {
   BlockSet blocks;
   PartitionResult placed;  // the placement and its report
-  Plan plan;
+  Plan plan;               // plan.origin names the candidate chosen
   PlanningTimes ms;
-  // "block size:eps compute/eps inter:divisions" of the plan, e.g. "2048:0.05/0.05:9".
-  std::string candidate;
-  // The simulated forward + backward time on options.cluster, in seconds, when a candidate
-  // search ran (0 otherwise).
+  // The simulated forward + backward time of the plan on options.cluster, in seconds, when
+  // candidates were compared (0 for a single pinned pass).
   double simulated_s = 0;
+  // Every candidate, in candidate order (empty for a single pinned pass).
+  std::vector<CandidateOutcome> candidates;
+  // The fastest of dcp's own candidates (an index into `candidates`), whether chosen or not.
+  std::optional<size_t> best_own;
 };
 
 // Blocks, places, schedules and compiles `batch` into one forward and one backward program per

@@ -60,16 +60,17 @@ def plan(
     batch: Batch,
     topology: Topology = "1x1",
     *,
-    block_size: int | None = 1024,
+    block_size: int | None = None,
     head_groups: int = 1,
-    eps_compute: float = 0.1,
-    eps_inter: float = 0.4,
+    tolerances: tuple[float, float] | None = None,
     eps_memory: float = 0.2,
     divisions: int = 0,
     division_choice: str = "cost_model",
     cluster: str = "p4de",
-    candidate_block_sizes: Sequence[int] = (),
-    candidate_tolerances: Sequence[tuple[float, float]] = (),
+    candidate_block_sizes: Sequence[int] | None = None,
+    candidate_tolerances: Sequence[tuple[float, float]] | None = None,
+    static_layouts: bool = True,
+    max_candidates: int = 12,
     threads: int = 1,
     memory_budget_bytes: int = 0,
     seed: int = 0,
@@ -77,22 +78,30 @@ def plan(
 ) -> Plan:
     """Plans ``batch`` on ``topology`` with dcp's planner (blocks, placement, schedule, programs).
 
+    What is left open is tuned: every candidate (dcp's placement at each block size and pair of
+    tolerances, and the static layouts ring, zigzag, TE and LoongTrain) is planned and simulated on
+    ``cluster``, and the fastest kept (``Plan.origin`` names it, ``Plan.candidates`` lists them
+    all). The result depends only on the arguments, never on ``threads`` or the machine's load.
+
     Args:
         batch: the sequences, their masks and the attention shape.
         topology: ``"4x8"`` or ``(4, 8)``: nodes x devices per node.
-        block_size: tokens per data block; 0 or None picks one for the topology.
+        block_size: tokens per data block; None tunes it among ``candidate_block_sizes``.
         head_groups: compute blocks per tile; divides the batch's KV heads.
-        eps_compute: compute tolerance per device inside a node.
-        eps_inter: compute tolerance per node.
+        tolerances: (per device, per node) compute tolerances; None tunes them among
+            ``candidate_tolerances``.
         eps_memory: data-bytes tolerance per device.
-        divisions: divisions per pass; 0 lets ``division_choice`` pick.
+        divisions: divisions per pass; 0 lets ``division_choice`` pick for each candidate.
         division_choice: ``"cost_model"`` (fast) or ``"simulate"`` (every count simulated).
-        cluster: the cluster the plan is costed for: a preset (``"p4de"``, ``"h100"``) or the JSON
+        cluster: the cluster the plan is tuned for: a preset (``"p4de"``, ``"h100"``) or the JSON
             of docs/simulator.md.
-        candidate_block_sizes, candidate_tolerances: when either is non-empty, every (block size,
-            (eps_compute, eps_inter)) pair is planned and simulated and the fastest kept.
+        candidate_block_sizes, candidate_tolerances: the tuning's lists (None: the planner's
+            defaults, 1024/2048/4096 and (0.1, 0.4)/(0.05, 0.05)/(0.02, 0.02)).
+        static_layouts: whether the static layouts are candidates.
+        max_candidates: at most this many of dcp's own candidates (the bound on tuning work).
         threads: threads planning candidates at once; the result does not depend on it.
-        memory_budget_bytes: when > 0, the most buffer bytes a device may need.
+        memory_budget_bytes: when > 0, the most buffer bytes a device may need; candidates above
+            it are skipped.
         seed: placement seed; the same inputs and seed give the same plan.
         partitioner: ``"builtin"`` or ``"zoltan"`` (when built with Zoltan).
 
@@ -104,14 +113,16 @@ def plan(
         _topology(topology),
         0 if block_size is None else block_size,
         head_groups,
-        eps_compute,
-        eps_inter,
+        None if tolerances is None else (float(tolerances[0]), float(tolerances[1])),
         eps_memory,
         divisions,
         division_choice,
         cluster,
-        list(candidate_block_sizes),
+        None if candidate_block_sizes is None else list(candidate_block_sizes),
+        None if candidate_tolerances is None else
         [(float(c), float(i)) for c, i in candidate_tolerances],
+        static_layouts,
+        max_candidates,
         threads,
         memory_budget_bytes,
         seed,

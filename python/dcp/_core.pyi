@@ -83,9 +83,11 @@ class Plan:
     @property
     def shape(self) -> AttentionShape: ...
     @property
-    def candidate(self) -> str: ...
+    def origin(self) -> str: ...
     @property
     def simulated_s(self) -> float: ...
+    @property
+    def candidates(self) -> list[dict[str, Any]]: ...
     @property
     def planning_ms(self) -> dict[str, float]: ...
     def peak_buffer_bytes(self) -> list[int]: ...
@@ -101,14 +103,15 @@ def plan(
     topology: str,
     block_size: int,
     head_groups: int,
-    eps_compute: float,
-    eps_inter: float,
+    tolerances: tuple[float, float] | None,
     eps_memory: float,
     divisions: int,
     division_choice: str,
     cluster: str,
-    candidate_block_sizes: list[int],
-    candidate_tolerances: list[tuple[float, float]],
+    candidate_block_sizes: list[int] | None,
+    candidate_tolerances: list[tuple[float, float]] | None,
+    static_layouts: bool,
+    max_candidates: int,
     threads: int,
     memory_budget_bytes: int,
     seed: int,

@@ -76,25 +76,37 @@ py::dict PassDict(const PassSimReport& pass) {
 }
 
 PyPlan PlanBatchNoGil(const Batch& batch, const std::string& topology, int64_t block_size,
-                      int64_t head_groups, double eps_compute, double eps_inter, double eps_memory,
-                      int32_t divisions, const std::string& division_choice,
-                      const std::string& cluster, std::vector<int64_t> candidate_block_sizes,
-                      const std::vector<std::pair<double, double>>& candidate_tolerances,
-                      int32_t threads, int64_t memory_budget_bytes, uint64_t seed,
-                      const std::string& partitioner) {
+                      int64_t head_groups, std::optional<std::pair<double, double>> tolerances,
+                      double eps_memory, int32_t divisions, const std::string& division_choice,
+                      const std::string& cluster,
+                      std::optional<std::vector<int64_t>> candidate_block_sizes,
+                      std::optional<std::vector<std::pair<double, double>>> candidate_tolerances,
+                      bool static_layouts, int32_t max_candidates, int32_t threads,
+                      int64_t memory_budget_bytes, uint64_t seed, const std::string& partitioner) {
   PlanOptions options{.topology = ValueOrThrow(Topology::Parse(topology)),
                       .cluster = ClusterFrom(cluster),
                       .block_size = block_size,
                       .head_groups = head_groups,
                       .divisions = divisions,
-                      .candidate_block_sizes = std::move(candidate_block_sizes),
                       .threads = threads,
                       .memory_budget_bytes = memory_budget_bytes};
   options.partition.partitioner = ValueOrThrow(ParsePartitionerKind(partitioner));
-  options.partition.eps_compute = eps_compute;
-  options.partition.eps_inter = eps_inter;
   options.partition.eps_memory = eps_memory;
   options.partition.seed = seed;
+  if (candidate_block_sizes) options.tuning.block_sizes = std::move(*candidate_block_sizes);
+  if (candidate_tolerances) {
+    options.tuning.tolerances.clear();
+    for (const auto& [compute, inter] : *candidate_tolerances) {
+      options.tuning.tolerances.push_back(Tolerances{.compute = compute, .inter = inter});
+    }
+  }
+  if (tolerances) {  // pinned
+    options.partition.eps_compute = tolerances->first;
+    options.partition.eps_inter = tolerances->second;
+    options.tuning.tolerances.clear();
+  }
+  options.tuning.static_layouts = static_layouts;
+  options.tuning.max_candidates = max_candidates;
   if (division_choice == "cost_model") {
     options.division_choice = DivisionChoice::kCostModel;
   } else if (division_choice == "simulate") {
@@ -102,9 +114,6 @@ PyPlan PlanBatchNoGil(const Batch& batch, const std::string& topology, int64_t b
   } else {
     throw py::value_error("division_choice '" + division_choice +
                           "' is not 'cost_model' or 'simulate'");
-  }
-  for (const auto& [compute, inter] : candidate_tolerances) {
-    options.candidate_tolerances.push_back(Tolerances{.compute = compute, .inter = inter});
   }
   ThrowIfError(options.Validate());
 
@@ -115,9 +124,9 @@ PyPlan PlanBatchNoGil(const Batch& batch, const std::string& topology, int64_t b
   }
   PlannedBatch p = ValueOrThrow(std::move(planned));
   return PyPlan{.plan = std::move(p.plan),
-                .candidate = std::move(p.candidate),
                 .times = p.ms,
-                .simulated_s = p.simulated_s};
+                .simulated_s = p.simulated_s,
+                .candidates = std::move(p.candidates)};
 }
 
 }  // namespace
@@ -162,9 +171,9 @@ programs are; hash() is the same on every rank holding the same plan. Immutable.
                                     std::to_string(rank));
             }
             return PyPlan{.plan = PlanPartForDevice(p.plan, device),
-                          .candidate = p.candidate,
                           .times = p.times,
-                          .simulated_s = p.simulated_s};
+                          .simulated_s = p.simulated_s,
+                          .candidates = p.candidates};
           },
           py::arg("rank"), "The part of the plan one device needs (its two programs).")
       .def_property_readonly("devices", [](const PyPlan& p) { return p.plan.topology.devices(); })
@@ -187,12 +196,30 @@ programs are; hash() is the same on every rank holding the same plan. Immutable.
       .def_property_readonly("seqlens", [](const PyPlan& p) { return p.plan.seqlens; })
       .def_property_readonly("shape", [](const PyPlan& p) { return p.plan.shape; })
       .def_property_readonly(
-          "candidate", [](const PyPlan& p) { return p.candidate; },
-          "How the plan was chosen: 'block size:eps compute/eps inter:divisions'"
-          " for dcp.plan(), the strategy for a baseline, '' when decoded.")
+          "origin", [](const PyPlan& p) { return p.plan.origin; },
+          "What made the plan: 'dcp <block size>:<eps compute>/<eps inter>:<divisions>' for "
+          "dcp's placement, the strategy for a static layout ('zigzag', 'loongtrain:2').")
       .def_property_readonly(
           "simulated_s", [](const PyPlan& p) { return p.simulated_s; },
-          "Simulated forward + backward seconds of a candidate search, else 0.")
+          "Simulated forward + backward seconds on the cluster when candidates were compared, "
+          "else 0.")
+      .def_property_readonly(
+          "candidates",
+          [](const PyPlan& p) {
+            py::list out;
+            for (const CandidateOutcome& c : p.candidates) {
+              py::dict d;
+              d["name"] = c.name;
+              d["own"] = c.own;
+              d["simulated_s"] = c.simulated_s;
+              d["peak_bytes"] = c.peak_bytes;
+              d["error"] = c.error;
+              out.append(d);
+            }
+            return out;
+          },
+          "The tuning's candidates in order: dicts of name, own (dcp's placement or a static "
+          "layout), simulated_s, peak_bytes, error; [] for a single pinned pass.")
       .def_property_readonly(
           "planning_ms",
           [](const PyPlan& p) {
@@ -263,9 +290,10 @@ programs are; hash() is the same on every rank holding the same plan. Immutable.
                       }));
 
   m.def("plan", &PlanBatchNoGil, py::arg("batch"), py::arg("topology"), py::arg("block_size"),
-        py::arg("head_groups"), py::arg("eps_compute"), py::arg("eps_inter"), py::arg("eps_memory"),
+        py::arg("head_groups"), py::arg("tolerances"), py::arg("eps_memory"),
         py::arg("divisions"), py::arg("division_choice"), py::arg("cluster"),
-        py::arg("candidate_block_sizes"), py::arg("candidate_tolerances"), py::arg("threads"),
+        py::arg("candidate_block_sizes"), py::arg("candidate_tolerances"),
+        py::arg("static_layouts"), py::arg("max_candidates"), py::arg("threads"),
         py::arg("memory_budget_bytes"), py::arg("seed"), py::arg("partitioner"),
         "The library planner (dcp::PlanBatch); see dcp.plan.");
 
@@ -282,7 +310,7 @@ programs are; hash() is the same on every rank holding the same plan. Immutable.
           py::gil_scoped_release release;
           planned = PlanBaseline(s, batch, options);
         }
-        return PyPlan{.plan = ValueOrThrow(std::move(planned)).plan, .candidate = strategy};
+        return PyPlan{.plan = ValueOrThrow(std::move(planned)).plan};
       },
       py::arg("strategy"), py::arg("batch"), py::arg("topology"), py::arg("inner_ring") = 1,
       "A static strategy's plan; see dcp.plan_baseline.");

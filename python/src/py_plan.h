@@ -15,9 +15,9 @@ namespace dcp::python {
 // A plan and what is known of how it was made (nothing for a plan decoded from bytes).
 struct PyPlan {
   Plan plan = {};
-  std::string candidate = {};               // PlannedBatch::candidate, or the baseline's name
   std::optional<PlanningTimes> times = {};  // absent for a decoded plan or a baseline
-  double simulated_s = 0;                   // of the candidate search, 0 without one
+  double simulated_s = 0;                   // of the tuning, 0 without one
+  std::vector<CandidateOutcome> candidates = {};  // of the tuning
   std::optional<TokenMap> token_map = {};   // made on first use
 
   const TokenMap& Map() {

@@ -21,7 +21,8 @@ def batch():
 
 @pytest.fixture(scope="module")
 def plan(batch):
-    return dcp.plan(batch, topology=(2, 2), block_size=64, seed=3)
+    return dcp.plan(batch, topology=(2, 2), block_size=64, tolerances=(0.1, 0.4),
+                    static_layouts=False, seed=3)
 
 
 def test_plan_describes_its_batch_and_options(plan, batch):
@@ -31,7 +32,8 @@ def test_plan_describes_its_batch_and_options(plan, batch):
     assert plan.block_size == 64 and plan.head_groups == 1
     assert plan.n_divisions >= 1
     assert plan.part_device is None
-    assert plan.candidate.startswith("64:")
+    assert plan.origin == f"dcp 64:0.1/0.4:{plan.n_divisions}"  # one pinned pass
+    assert plan.candidates == [] and plan.simulated_s == 0
     assert plan.planning_ms["total"] > 0
     assert set(plan.planning_ms) == {"blocking", "placement", "scheduling", "compile", "search",
                                      "total"}
@@ -47,11 +49,12 @@ def test_plan_bytes_round_trip_to_an_equal_plan_with_the_same_hash(plan):
     assert dcp.Plan.from_bytes(bytearray(data)) == plan
     assert dcp.Plan.from_bytes(memoryview(data)) == plan
     assert pickle.loads(pickle.dumps(plan)) == plan
-    assert again.planning_ms == {} and again.candidate == ""
+    assert again.planning_ms == {} and again.origin == plan.origin and again.candidates == []
 
 
 def test_same_inputs_and_seed_give_the_same_plan(batch, plan):
-    again = dcp.plan(batch, topology="2x2", block_size=64, seed=3)
+    again = dcp.plan(batch, topology="2x2", block_size=64, tolerances=(0.1, 0.4),
+                     static_layouts=False, seed=3)
     assert again.hash() == plan.hash()
     assert again.to_bytes() == plan.to_bytes()
 
@@ -97,19 +100,26 @@ def test_a_part_holds_one_device_and_the_same_token_map(plan):
         dcp.simulate(part)
 
 
-def test_automatic_block_size_and_a_candidate_search(batch):
-    auto = dcp.plan(batch, "1x2", block_size=None)
-    assert auto.block_size > 0
-    searched = dcp.plan(batch, "1x8", candidate_block_sizes=[64, 128],
-                        candidate_tolerances=[(0.1, 0.4), (0.2, 0.4)], threads=2)
-    assert searched.simulated_s > 0
-    assert searched.block_size in (64, 128)
+def test_default_options_tune_among_candidates(batch):
+    tuned = dcp.plan(batch, "1x8", candidate_block_sizes=[64, 128],
+                     candidate_tolerances=[(0.1, 0.4), (0.2, 0.4)], threads=2)
+    assert tuned.simulated_s > 0
+    names = [c["name"] for c in tuned.candidates]
+    assert names[:4] == [c["name"] for c in tuned.candidates if c["own"]]
+    assert {"ring", "zigzag", "te"} <= set(names)
+    chosen = min((c for c in tuned.candidates if not c["error"]), key=lambda c: c["simulated_s"])
+    assert tuned.origin == chosen["name"] and tuned.simulated_s == chosen["simulated_s"]
+    again = dcp.plan(batch, "1x8", candidate_block_sizes=[64, 128],
+                     candidate_tolerances=[(0.1, 0.4), (0.2, 0.4)], threads=1)
+    assert again.to_bytes() == tuned.to_bytes()  # whatever the thread count
+    own = dcp.plan(batch, "1x8", static_layouts=False)
+    assert own.origin.startswith("dcp ") and all(c["own"] for c in own.candidates)
 
 
 def test_baselines_plan_the_batch(batch):
     for strategy in ("ring", "zigzag", "ulysses", "te"):
         baseline = dcp.plan_baseline(strategy, batch, "1x2")
-        assert baseline.devices == 2 and baseline.candidate == strategy
+        assert baseline.devices == 2 and baseline.origin == strategy
         baseline.validate()
     with pytest.raises(ValueError, match="nope"):
         dcp.plan_baseline("nope", batch, "1x2")
@@ -124,7 +134,9 @@ def test_baselines_plan_the_batch(batch):
         (dict(topology=(0, 8)), "0x8"),
         (dict(block_size=-1), "block_size"),
         (dict(head_groups=3), "head_groups"),
-        (dict(eps_compute=-1.0), "eps_compute"),
+        (dict(tolerances=(-1.0, 0.4)), "eps_compute"),
+        (dict(candidate_block_sizes=[0]), "block_sizes"),
+        (dict(max_candidates=0), "max_candidates"),
         (dict(divisions=-2), "divisions"),
         (dict(division_choice="guess"), "guess"),
         (dict(cluster="tpu"), "tpu"),

@@ -278,6 +278,9 @@ Result<BaselinePlan> PlanBaseline(Strategy strategy, const Batch& batch,
   out.padded_tokens = PaddedTokens(layout, batch, options.topology.devices());
   DCP_ASSIGN_OR_RETURN(out.plan, CompilePlan(batch, out.blocks, out.placement, out.schedule,
                                              options.topology));
+  out.plan.origin = strategy == Strategy::kLoongTrain
+                        ? fmt::format("loongtrain:{}", options.inner_ring)
+                        : std::string(ToString(strategy));
   return out;
 }
 

@@ -29,7 +29,10 @@ void AddBatchOptions(CLI::App& app, BatchArgs& args) {
   app.add_option("--kv-heads", args.kv_heads, "Key/value heads (GQA)")->capture_default_str();
   app.add_option("--head-dim", args.head_dim, "Head dimension")->capture_default_str();
   app.add_option("--dtype", args.dtype, "Storage dtype: fp32 | bf16")->capture_default_str();
-  app.add_option("--block-size", args.block_size, "Tokens per block, or 'auto'")
+  app.add_option("--block-size", args.block_size,
+                 "Tokens per block, or 'auto' (plan, run, simulate: tuned among 1024, 2048, "
+                 "4096; blocks, place: the largest power of two spreading the batch over "
+                 "--devices)")
       ->capture_default_str();
   app.add_option("--head-groups", args.head_groups, "Head groups per tile (divides --kv-heads)")
       ->capture_default_str();
@@ -42,17 +45,18 @@ void AddBatchOptions(CLI::App& app, BatchArgs& args) {
 void AddPlacementOptions(CLI::App& app, PlacementArgs& args) {
   app.add_option("--topology", args.topology, "NODESxDEVICES, e.g. 4x8")->capture_default_str();
   app.add_option("--partitioner", args.partitioner, "builtin | zoltan")->capture_default_str();
-  app.add_option("--eps-compute", args.eps_compute, "Compute tolerance per device")
-      ->capture_default_str();
-  app.add_option("--eps-inter", args.eps_inter, "Compute tolerance per node")
-      ->capture_default_str();
+  app.add_option("--eps-compute", args.eps_compute,
+                 "Compute tolerance per device (default: tuned, or 0.1 for place)");
+  app.add_option("--eps-inter", args.eps_inter,
+                 "Compute tolerance per node (default: tuned, or 0.4 for place)");
 }
 
 Result<PartitionOptions> BuildPartitionOptions(const BatchArgs& batch, const PlacementArgs& args) {
   DCP_ASSIGN_OR_RETURN(PartitionerKind kind, ParsePartitionerKind(args.partitioner));
+  const PartitionOptions defaults;
   PartitionOptions options{.partitioner = kind,
-                           .eps_compute = args.eps_compute,
-                           .eps_inter = args.eps_inter,
+                           .eps_compute = args.eps_compute.value_or(defaults.eps_compute),
+                           .eps_inter = args.eps_inter.value_or(defaults.eps_inter),
                            .eps_memory = batch.eps_memory,
                            .seed = batch.seed};
   DCP_RETURN_IF_ERROR(options.Validate());

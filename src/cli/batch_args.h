@@ -4,6 +4,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 
 #include "dcp/batch.h"
@@ -25,7 +26,7 @@ struct BatchArgs {
   int64_t kv_heads = 2;
   int64_t head_dim = 128;
   std::string dtype = "bf16";
-  std::string block_size = "1024";  // N or "auto"
+  std::string block_size = "auto";  // N, or "auto" (tuned; `dcp blocks`/`place`: a heuristic)
   int64_t head_groups = 1;
   int64_t devices = 32;     // for --block-size auto
   double eps_memory = 0.2;  // for --block-size auto
@@ -45,8 +46,9 @@ Status WriteTextFile(const std::string& path, std::string_view text);
 struct PlacementArgs {
   std::string topology = "4x8";
   std::string partitioner = "builtin";
-  double eps_compute = 0.1;
-  double eps_inter = 0.4;
+  // Given: pinned; absent: PartitionOptions' defaults (`dcp place`) or tuned (plan, run, simulate).
+  std::optional<double> eps_compute;
+  std::optional<double> eps_inter;
 };
 
 void AddPlacementOptions(CLI::App& app, PlacementArgs& args);

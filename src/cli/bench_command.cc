@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // `dcp bench`: the DCP paper's attention micro-benchmark on the simulator. For every dataset,
-// length scale and mask, several seeded batches are planned by dcp (block size searched) and by
-// every static baseline, simulated on the cluster, and compared: predicted forward + backward
-// time, bytes moved between nodes, compute imbalance, and dcp's speedup over the best baseline.
+// length scale and mask, several seeded batches are planned by dcp with its default options (the
+// planner's own tuning: what a user gets) and by every static baseline, simulated on the
+// cluster, and compared: predicted forward + backward time, bytes moved between nodes, compute
+// imbalance, planning time, and dcp's speedup over the best baseline. dcp's row also shows the
+// candidate the tuning chose and the fastest of dcp's own placements among its candidates.
 // Writes bench.md, bench.csv and bench.svg into --output and prints the table.
 #include <fmt/format.h>
 #include <unistd.h>
@@ -33,6 +35,7 @@ struct BenchArgs {
   std::string output = "bench-out";
   int64_t tokens = 131072;
   int32_t batches = 3;
+  uint64_t first_seed = 0;  // batch b of a cell has seed first_seed + b
 };
 
 struct Cell {
@@ -49,7 +52,9 @@ struct Outcome {
   double fwd_ms = 0, bwd_ms = 0;
   double bytes_inter_node = 0;  // both passes, mean
   double compute_imbalance = 0;  // max / mean attention FLOPs per device, mean
-  std::string choice;  // dcp: "block size:eps_compute/eps_inter" per batch; loongtrain: inner ring
+  std::string choice;  // dcp: the candidate chosen per batch; loongtrain: inner ring
+  double own_ms = 0;       // dcp: the fastest of its own placements among the candidates, mean
+  double planning_ms = 0;  // dcp: planning with tuning, mean
 };
 
 struct Measured {
@@ -63,16 +68,14 @@ Result<Measured> Simulate(const Plan& plan, const ClusterSpec& cluster) {
                   MeasureTraffic(plan, Pass::kBackward)};
 }
 
-// Compute tolerances dcp's search tries, (per device, per node): the paper's defaults, two tighter
-// pairs, and devices levelled tightly inside nodes that may differ more.
-const std::vector<Tolerances> kTolerances = {{0.1, 0.4}, {0.1, 0.1}, {0.05, 0.05}, {0.01, 0.05}};
-
-// The fastest of a strategy's variants on one batch (dcp: block sizes and tolerances;
-// loongtrain: inner rings).
+// The fastest of a strategy's variants on one batch (loongtrain: inner rings); dcp: its default
+// plan.
 struct Best {
   Measured measured;
   std::string choice;
   bool found = false;
+  double own_s = 0;        // dcp: its fastest own candidate
+  double planning_ms = 0;  // dcp
 };
 
 Status Consider(Best& best, Result<Plan> plan, const ClusterSpec& cluster, std::string choice) {
@@ -88,17 +91,16 @@ Result<Best> RunStrategy(Strategy strategy, const Batch& batch, const Topology& 
                          const ClusterSpec& cluster) {
   Best best;
   if (strategy == Strategy::kDcp) {
-    // The paper's search over block sizes, with tolerances, each candidate's division count
-    // chosen by simulating every count: the planner's candidate search.
-    const PlanOptions options{.topology = topology,
-                              .cluster = cluster,
-                              .division_choice = DivisionChoice::kSimulate,
-                              .candidate_block_sizes = {512, 1024, 2048, 4096},
-                              .candidate_tolerances = kTolerances,
-                              .threads = static_cast<int32_t>(
-                                  std::max(1u, std::thread::hardware_concurrency()))};
+    // What `dcp plan` gives with default options: the planner tunes on the cluster.
+    const PlanOptions options{
+        .topology = topology,
+        .cluster = cluster,
+        .threads = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()))};
     DCP_ASSIGN_OR_RETURN(PlannedBatch planned, PlanBatch(batch, options));
-    DCP_RETURN_IF_ERROR(Consider(best, std::move(planned.plan), cluster, planned.candidate));
+    std::string origin = planned.plan.origin;
+    DCP_RETURN_IF_ERROR(Consider(best, std::move(planned.plan), cluster, std::move(origin)));
+    best.planning_ms = planned.ms.total();
+    if (planned.best_own) best.own_s = planned.candidates[*planned.best_own].simulated_s;
     return best;
   }
   if (strategy == Strategy::kLoongTrain) {
@@ -124,7 +126,9 @@ Result<std::map<Strategy, Outcome>> RunCell(const Cell& cell, const BenchArgs& a
   for (int32_t b = 0; b < args.batches; ++b) {
     DCP_ASSIGN_OR_RETURN(
         std::vector<int64_t> lengths,
-        SyntheticBatch({.distribution = cell.dataset, .scale = cell.scale, .seed = uint64_t(b)},
+        SyntheticBatch({.distribution = cell.dataset,
+                        .scale = cell.scale,
+                        .seed = args.first_seed + static_cast<uint64_t>(b)},
                        args.tokens));
     DCP_ASSIGN_OR_RETURN(MaskSpec mask, MaskSpec::Parse(cell.mask));
     DCP_ASSIGN_OR_RETURN(Batch batch, Batch::Create(lengths, {mask}, AttentionShape{}));
@@ -148,7 +152,9 @@ Result<std::map<Strategy, Outcome>> RunCell(const Cell& cell, const BenchArgs& a
       o.bytes_inter_node +=
           static_cast<double>(m.forward.bytes_inter_node + m.backward.bytes_inter_node) / n;
       o.compute_imbalance += m.report.ComputeImbalance() / n;
-      if (!best->choice.empty()) o.choice += (o.choice.empty() ? "" : "/") + best->choice;
+      o.own_ms += 1e3 * best->own_s / n;
+      o.planning_ms += best->planning_ms / n;
+      if (!best->choice.empty()) o.choice += (o.choice.empty() ? "" : ", ") + best->choice;
     }
   }
   return outcomes;
@@ -179,21 +185,24 @@ std::string DatasetName(LengthDistribution d) {
 std::string Markdown(const std::vector<Row>& rows) {
   std::string out =
       "| dataset | scale | mask | strategy | fwd+bwd ms | fwd ms | bwd ms | inter-node GB | "
-      "compute imbalance | variant | speedup of dcp |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|\n";
+      "compute imbalance | chosen | dcp's own best ms | planning ms | speedup of dcp |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const Row& row : rows) {
     const auto [best, speedup] = row.BestBaseline();
     for (const auto& [s, o] : row.outcomes) {
       const std::string head = fmt::format("| {} | {} | {} | {} ", DatasetName(row.cell.dataset),
                                             row.cell.scale, row.cell.mask, ToString(s));
       if (!o.supported) {
-        out += head + fmt::format("| n/a ({}) | | | | | | |\n", o.reason);
+        out += head + fmt::format("| n/a ({}) | | | | | | | | |\n", o.reason);
         continue;
       }
       const double dcp_ms = row.outcomes.at(Strategy::kDcp).total_ms;
-      out += head + fmt::format("| {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:.3f} | {} | {} |\n",
+      const bool dcp = s == Strategy::kDcp;
+      out += head + fmt::format("| {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:.3f} | {} | {} | {} | {} |\n",
                                 o.total_ms, o.fwd_ms, o.bwd_ms, o.bytes_inter_node / 1e9,
                                 o.compute_imbalance, o.choice,
+                                dcp ? fmt::format("{:.2f}", o.own_ms) : "",
+                                dcp ? fmt::format("{:.0f}", o.planning_ms) : "",
                                 s == Strategy::kDcp
                                     ? fmt::format("**{:.2f}x over {}**", speedup, ToString(best))
                                     : fmt::format("{:.2f}x", o.total_ms / dcp_ms));
@@ -205,14 +214,15 @@ std::string Markdown(const std::vector<Row>& rows) {
 std::string Csv(const std::vector<Row>& rows) {
   std::string out =
       "dataset,scale,mask,strategy,supported,total_ms,fwd_ms,bwd_ms,bytes_inter_node,"
-      "compute_imbalance,variant,dcp_speedup\n";
+      "compute_imbalance,variant,own_best_ms,planning_ms,dcp_speedup\n";
   for (const Row& row : rows) {
     const double dcp_ms = row.outcomes.at(Strategy::kDcp).total_ms;
     for (const auto& [s, o] : row.outcomes) {
-      out += fmt::format("{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.0f},{:.4f},{},{:.4f}\n",
+      out += fmt::format("{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.0f},{:.4f},\"{}\",{:.4f},{:.1f},{:.4f}\n",
                          DatasetName(row.cell.dataset), row.cell.scale, row.cell.mask,
                          ToString(s), o.supported ? 1 : 0, o.total_ms, o.fwd_ms, o.bwd_ms,
-                         o.bytes_inter_node, o.compute_imbalance, o.choice,
+                         o.bytes_inter_node, o.compute_imbalance, o.choice, o.own_ms,
+                         o.planning_ms,
                          o.supported && o.total_ms > 0 ? o.total_ms / dcp_ms : 0.0);
     }
   }
@@ -384,6 +394,9 @@ CommandRunner AddBenchCommand(CLI::App& app) {
   cmd->add_option("--topology", args->topology, "Nodes x devices per node")->capture_default_str();
   cmd->add_option("--tokens", args->tokens, "Tokens per batch")->capture_default_str();
   cmd->add_option("--batches", args->batches, "Seeded batches per cell")->capture_default_str();
+  cmd->add_option("--first-seed", args->first_seed,
+                  "Seed of each cell's first batch (the next ones count up from it)")
+      ->capture_default_str();
   cmd->add_option("-o,--output", args->output, "Directory for bench.md, bench.csv, bench.svg")
       ->capture_default_str();
   return [cmd, args] {

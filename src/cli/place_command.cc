@@ -107,6 +107,7 @@ CommandRunner AddPlaceCommand(CLI::App& app) {
       "place", "Place a batch's blocks on devices; report bytes moved and balance");
   auto batch_args = std::make_shared<BatchArgs>();
   auto args = std::make_shared<PlaceArgs>();
+  batch_args->block_size = "1024";  // placement only: no tuning here
   AddBatchOptions(*cmd, *batch_args);
   AddPlacementOptions(*cmd, args->placement);
   cmd->add_option("--export-hypergraph", args->export_hypergraph,

@@ -15,7 +15,7 @@ namespace {
 
 struct PlanArgs {
   PlacementArgs placement;
-  std::string divisions = "auto";
+  PlannerArgs planner;
   std::string output;
   bool check = false;
   bool dump = false;
@@ -48,7 +48,7 @@ nlohmann::json PassJson(const Plan& plan, const BlockSet& blocks, const Placemen
 }
 
 int Run(const BatchArgs& batch_args, const PlanArgs& args) {
-  Result<PlannedFromArgs> planned = PlanFromArgs(batch_args, args.placement, args.divisions);
+  Result<PlannedFromArgs> planned = PlanFromArgs(batch_args, args.placement, args.planner);
   if (!planned.ok()) return ReportError(planned.status());
   const BlockSet* blocks = &planned->planned.blocks;
   const PartitionResult* placed = &planned->planned.placed;
@@ -77,7 +77,11 @@ int Run(const BatchArgs& batch_args, const PlanArgs& args) {
                                 {"blocking", ms.blocking},
                                 {"placement", ms.placement},
                                 {"scheduling", ms.scheduling},
-                                {"compile", ms.compile}}},
+                                {"compile", ms.compile},
+                                {"tuning", ms.search}}},
+                              {"origin", plan->origin},
+                              {"simulated_ms", planned->planned.simulated_s * 1e3},
+                              {"candidates", CandidatesJson(planned->planned)},
                               {"fwd", fwd},
                               {"bwd", bwd},
                               {"memory_imbalance", placed->report.memory_imbalance},
@@ -93,10 +97,16 @@ int Run(const BatchArgs& batch_args, const PlanArgs& args) {
     return 0;
   }
   constexpr double kMiB = 1 << 20;
+  fmt::print("plan: {}", plan->origin);
+  if (!planned->planned.candidates.empty()) {
+    fmt::print(", the fastest of {} candidates on {} ({:.3f} ms simulated)",
+               planned->planned.candidates.size(), args.planner.cluster,
+               planned->planned.simulated_s * 1e3);
+  }
   fmt::print(
-      "planning: {:.1f} ms total = blocking {:.1f} + placement {:.1f} + scheduling {:.1f} + "
-      "compile {:.1f}\n",
-      ms.total(), ms.blocking, ms.placement, ms.scheduling, ms.compile);
+      "\nplanning: {:.1f} ms total = blocking {:.1f} + placement {:.1f} + scheduling {:.1f} + "
+      "compile {:.1f} + tuning {:.1f}\n",
+      ms.total(), ms.blocking, ms.placement, ms.scheduling, ms.compile, ms.search);
   for (const auto& [name, j] : {std::pair{"forward", &fwd}, std::pair{"backward", &bwd}}) {
     fmt::print(
         "{:>8}: {:.1f} MiB inter-node (busiest device {:.1f}), {:.1f} MiB intra-node, "
@@ -123,10 +133,7 @@ CommandRunner AddPlanCommand(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
   AddBatchOptions(*cmd, *batch_args);
   AddPlacementOptions(*cmd, args->placement);
-  cmd->add_option("--divisions", args->divisions,
-                  "Number of divisions, 'auto' (the scheduler's cost model) or 'search' (simulate "
-                  "every count on the p4de cluster model, keep the fastest)")
-      ->capture_default_str();
+  AddPlannerOptions(*cmd, args->planner);
   cmd->add_option("-o,--output", args->output, "Write the plan to this file");
   cmd->add_flag("--check", args->check, "Validate the plan symbolically");
   cmd->add_flag("--dump", args->dump, "Print every program");

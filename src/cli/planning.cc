@@ -2,40 +2,113 @@
 #include "cli/planning.h"
 
 #include <charconv>
+#include <filesystem>
+#include <thread>
 
 namespace dcp::cli {
 
-Result<PlanOptions> PlanOptionsFromArgs(const BatchArgs& batch_args, const Batch& batch,
-                                        const PlacementArgs& placement,
-                                        const std::string& divisions,
-                                        const ClusterSpec& cluster) {
-  PlanOptions options{.cluster = cluster};
+void AddPlannerOptions(CLI::App& app, PlannerArgs& args) {
+  app.add_option("--divisions", args.divisions,
+                 "Divisions per pass: a number, 'auto' (the scheduler's cost model, for each "
+                 "candidate) or 'search' (compile and simulate every count on --cluster)")
+      ->capture_default_str();
+  app.add_option("--cluster", args.cluster,
+                 "Cluster model the plan is tuned for: p4de | h100 | FILE.json "
+                 "(docs/simulator.md)")
+      ->capture_default_str();
+  app.add_option("--threads", args.threads,
+                 "Threads planning candidates at once (0: one per core); the plan does not "
+                 "depend on it")
+      ->capture_default_str();
+  app.add_option("--max-candidates", args.max_candidates,
+                 "At most this many of dcp's own candidates (block sizes x tolerances) are "
+                 "planned and simulated: the bound on tuning work")
+      ->capture_default_str();
+  app.add_flag("--dcp-only", args.dcp_only,
+               "Leave the static layouts (ring, zigzag, TE, LoongTrain) out of the candidates");
+  app.add_option("--memory-budget", args.memory_budget,
+                 "Bytes of buffers each device may hold at its peak (0: no budget); candidates "
+                 "above it are skipped")
+      ->capture_default_str();
+}
+
+Result<ClusterSpec> LoadCluster(const std::string& name) {
+  Result<ClusterSpec> preset = ClusterPreset(name);
+  if (preset.ok()) return preset;
+  if (!std::filesystem::exists(name)) {
+    return Status::NotFound(fmt::format(
+        "--cluster '{}' is neither a preset (p4de, h100) nor a readable JSON file", name));
+  }
+  DCP_ASSIGN_OR_RETURN(std::string text, ReadTextFile(name));
+  Result<ClusterSpec> spec = ParseClusterJson(text);
+  if (!spec.ok()) return spec.status().WithContext(fmt::format("cluster file '{}'", name));
+  return spec;
+}
+
+namespace {
+
+Status ParseDivisions(const std::string& text, PlanOptions* options) {
+  if (text == "search") {
+    options->division_choice = DivisionChoice::kSimulate;
+    return Status::Ok();
+  }
+  if (text == "auto") return Status::Ok();
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), options->divisions);
+  if (ec != std::errc() || end != text.data() + text.size() || options->divisions < 1) {
+    return Status::InvalidArgument(
+        fmt::format("--divisions '{}' is not a number >= 1, 'auto' or 'search'", text));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<PlanOptions> PlanOptionsFromArgs(const BatchArgs& batch_args, const PlacementArgs& placement,
+                                        const PlannerArgs& planner) {
+  PlanOptions options;
+  DCP_ASSIGN_OR_RETURN(options.cluster, LoadCluster(planner.cluster));
   DCP_ASSIGN_OR_RETURN(options.topology, Topology::Parse(placement.topology));
-  DCP_ASSIGN_OR_RETURN(BlockingOptions blocking, BuildBlockingOptions(batch_args, batch));
-  options.block_size = blocking.block_size;
-  options.head_groups = blocking.head_groups;
-  DCP_ASSIGN_OR_RETURN(options.partition, BuildPartitionOptions(batch_args, placement));
-  if (divisions == "search") {
-    options.division_choice = DivisionChoice::kSimulate;
-  } else if (divisions != "auto") {
-    const auto [end, ec] =
-        std::from_chars(divisions.data(), divisions.data() + divisions.size(), options.divisions);
-    if (ec != std::errc() || end != divisions.data() + divisions.size() || options.divisions < 1) {
-      return Status::InvalidArgument(fmt::format(
-          "--divisions '{}' is not a number >= 1, 'auto' or 'search'", divisions));
+  options.head_groups = batch_args.head_groups;
+  if (batch_args.block_size != "auto") {
+    const std::string& text = batch_args.block_size;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(),
+                                           options.block_size);
+    if (ec != std::errc() || end != text.data() + text.size() || options.block_size < 1) {
+      return Status::InvalidArgument(
+          fmt::format("--block-size '{}' is neither a number >= 1 nor 'auto'", text));
     }
   }
+  DCP_ASSIGN_OR_RETURN(options.partition, BuildPartitionOptions(batch_args, placement));
+  if (placement.eps_compute || placement.eps_inter) options.tuning.tolerances.clear();
+  DCP_RETURN_IF_ERROR(ParseDivisions(planner.divisions, &options));
+  options.threads = planner.threads > 0
+                        ? planner.threads
+                        : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  options.tuning.max_candidates = planner.max_candidates;
+  options.tuning.static_layouts = !planner.dcp_only;
+  options.memory_budget_bytes = planner.memory_budget;
   DCP_RETURN_IF_ERROR(options.Validate());
   return options;
 }
 
 Result<PlannedFromArgs> PlanFromArgs(const BatchArgs& batch_args, const PlacementArgs& placement,
-                                     const std::string& divisions, const ClusterSpec& cluster) {
+                                     const PlannerArgs& planner) {
   DCP_ASSIGN_OR_RETURN(Batch batch, BuildBatch(batch_args));
-  DCP_ASSIGN_OR_RETURN(PlanOptions options,
-                       PlanOptionsFromArgs(batch_args, batch, placement, divisions, cluster));
+  DCP_ASSIGN_OR_RETURN(PlanOptions options, PlanOptionsFromArgs(batch_args, placement, planner));
   DCP_ASSIGN_OR_RETURN(PlannedBatch planned, PlanBatch(batch, options));
   return PlannedFromArgs{.batch = std::move(batch), .planned = std::move(planned)};
+}
+
+nlohmann::json CandidatesJson(const PlannedBatch& planned) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const CandidateOutcome& c : planned.candidates) {
+    out.push_back({{"name", c.name},
+                   {"own", c.own},
+                   {"simulated_ms", c.simulated_s * 1e3},
+                   {"peak_bytes", c.peak_bytes},
+                   {"error", c.error}});
+  }
+  return out;
 }
 
 nlohmann::json TokenMapJson(const TokenMap& map) {

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Command-line options to the library planner (include/dcp/planner.h), shared by `dcp plan`,
-// `run` and `simulate`.
+// `run` and `simulate`: what a user leaves out is tuned (block size, tolerances, divisions, and
+// the static layouts as candidates), what a user gives is pinned.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -16,13 +18,23 @@ namespace dcp::cli {
 
 using internal::Stopwatch;
 
-// The planner's options from the batch and placement options, --divisions ("auto": the
-// scheduler's cost model, "search": simulate every count, or a number) and the cluster the plan
-// is for.
-Result<PlanOptions> PlanOptionsFromArgs(const BatchArgs& batch_args, const Batch& batch,
-                                        const PlacementArgs& placement,
-                                        const std::string& divisions,
-                                        const ClusterSpec& cluster = {});
+struct PlannerArgs {
+  std::string divisions = "auto";  // "auto" (cost model), "search" (simulate each count), or N
+  std::string cluster = "p4de";    // preset or JSON file: the cost model of the tuning
+  int32_t threads = 0;             // 0: one per core
+  int32_t max_candidates = TuningOptions{}.max_candidates;
+  bool dcp_only = false;           // no static layouts among the candidates
+  int64_t memory_budget = 0;       // bytes of buffers per device; 0: none
+};
+
+void AddPlannerOptions(CLI::App& app, PlannerArgs& args);
+
+// A preset name, or a JSON file in the format of docs/simulator.md.
+Result<ClusterSpec> LoadCluster(const std::string& name);
+
+// The planner's options from the batch, placement and planner options.
+Result<PlanOptions> PlanOptionsFromArgs(const BatchArgs& batch_args, const PlacementArgs& placement,
+                                        const PlannerArgs& planner);
 
 struct PlannedFromArgs {
   Batch batch;
@@ -31,8 +43,10 @@ struct PlannedFromArgs {
 
 // The batch the command line describes, planned by PlanBatch.
 Result<PlannedFromArgs> PlanFromArgs(const BatchArgs& batch_args, const PlacementArgs& placement,
-                                     const std::string& divisions,
-                                     const ClusterSpec& cluster = {});
+                                     const PlannerArgs& planner);
+
+// The candidates of a tuning as JSON: [{"name", "own", "simulated_ms", "peak_bytes", "error"}].
+nlohmann::json CandidatesJson(const PlannedBatch& planned);
 
 // The token map as `dcp plan --json` and `dcp place --json` print it: one array per device of
 // {"sequence", "begin", "count"} objects, in the device's local order.

@@ -46,7 +46,7 @@ struct RunArgs {
   PlacementArgs placement;
   std::string comm = "local";
   double comm_timeout_s = 30;  // a device gives up after this long without progress
-  std::string divisions = "auto";
+  PlannerArgs planner;
   std::string dump;
   bool json = false;
   bool no_reference = false;  // run only: no gathering, no dense reference, no check
@@ -220,7 +220,7 @@ int ReportRunOnly(const RunArgs& args, const Plan& plan, int32_t rank, const Run
 }
 
 int RunLocal(const BatchArgs& batch_args, const RunArgs& args) {
-  Result<PlannedFromArgs> planned = PlanFromArgs(batch_args, args.placement, args.divisions);
+  Result<PlannedFromArgs> planned = PlanFromArgs(batch_args, args.placement, args.planner);
   if (!planned.ok()) return ReportError(planned.status());
   const Batch& batch = planned->batch;
   const Plan& plan = planned->planned.plan;
@@ -384,7 +384,7 @@ Result<int> RunRankSteps(const BatchArgs& batch_args, const RunArgs& args, Commu
   std::optional<PlannedFromArgs> planned;  // rank 0 only
   std::vector<std::string> parts;          // rank 0 only
   if (rank == 0) {
-    Result<PlannedFromArgs> made = PlanFromArgs(batch_args, args.placement, args.divisions);
+    Result<PlannedFromArgs> made = PlanFromArgs(batch_args, args.placement, args.planner);
     if (!made.ok()) return made.status().WithContext("planning");
     planned.emplace(std::move(made).value());
     ms.plan = planned->planned.ms.total();
@@ -507,7 +507,6 @@ CommandRunner AddRunCommand(CLI::App& app) {
   auto batch_args = std::make_shared<BatchArgs>();
   // The dense reference is O(tokens^2): a small batch by default.
   batch_args->tokens = 2048;
-  batch_args->block_size = "256";
   auto args = std::make_shared<RunArgs>();
   args->placement.topology = "1x4";
   AddBatchOptions(*cmd, *batch_args);
@@ -520,9 +519,7 @@ CommandRunner AddRunCommand(CLI::App& app) {
                   "Seconds a device waits for a peer without progress before it gives up")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--divisions", args->divisions,
-                  "Number of divisions, 'auto' (the scheduler's cost model) or 'search'")
-      ->capture_default_str();
+  AddPlannerOptions(*cmd, args->planner);
   cmd->add_flag("--no-reference", args->no_reference,
                 "Only run: no dense reference, no check (and over MPI, no gathering on rank 0)");
   cmd->add_option("--dump", args->dump, "Write the batch as .npy files and batch.json here");

@@ -22,9 +22,8 @@ namespace {
 
 struct SimulateArgs {
   PlacementArgs placement;
-  std::string divisions = "auto";
+  PlannerArgs planner;  // its --cluster is also the cluster simulated
   std::string plan_file;
-  std::string cluster = "p4de";
   std::string strategy = "dcp";
   std::string trace;
   bool json = false;
@@ -39,21 +38,8 @@ struct Simulated {
   std::optional<int32_t> inner_ring = {};  // loongtrain: the fastest inner ring
   nlohmann::json inner_ring_ms = {};       // loongtrain: total ms of every inner ring tried
   std::optional<int64_t> padded_tokens = {};
+  nlohmann::json candidates = nullptr;  // dcp: the tuning's candidates
 };
-
-// A preset name, or a JSON file in the format of docs/simulator.md.
-Result<ClusterSpec> LoadCluster(const std::string& name) {
-  Result<ClusterSpec> preset = ClusterPreset(name);
-  if (preset.ok()) return preset;
-  if (!std::filesystem::exists(name)) {
-    return Status::NotFound(fmt::format(
-        "--cluster '{}' is neither a preset (p4de, h100) nor a readable JSON file", name));
-  }
-  DCP_ASSIGN_OR_RETURN(std::string text, ReadTextFile(name));
-  Result<ClusterSpec> spec = ParseClusterJson(text);
-  if (!spec.ok()) return spec.status().WithContext(fmt::format("cluster file '{}'", name));
-  return spec;
-}
 
 Status CheckDevicesPerNode(const Topology& topology, const ClusterSpec& cluster) {
   if (topology.devices_per_node == cluster.devices_per_node) return Status::Ok();
@@ -87,8 +73,11 @@ Result<Simulated> FromFile(const SimulateArgs& args, const ClusterSpec& cluster)
 Result<Simulated> WithDcp(const BatchArgs& batch_args, const SimulateArgs& args,
                           const ClusterSpec& cluster) {
   DCP_ASSIGN_OR_RETURN(PlannedFromArgs planned,
-                       PlanFromArgs(batch_args, args.placement, args.divisions, cluster));
-  Simulated out{.plan = std::move(planned.planned.plan), .planning_ms = planned.planned.ms.total()};
+                       PlanFromArgs(batch_args, args.placement, args.planner));
+  Simulated out;
+  out.plan = std::move(planned.planned.plan);
+  out.planning_ms = planned.planned.ms.total();
+  out.candidates = CandidatesJson(planned.planned);
   DCP_ASSIGN_OR_RETURN(out.report,
                        Simulate(out.plan, cluster, !args.trace.empty(), &out.simulation_ms));
   return out;
@@ -182,7 +171,7 @@ Status CheckPlanFileAlone(const CLI::App& cmd, const SimulateArgs& args) {
 }
 
 int Run(const CLI::App& cmd, const BatchArgs& batch_args, const SimulateArgs& args) {
-  Result<ClusterSpec> cluster = LoadCluster(args.cluster);
+  Result<ClusterSpec> cluster = LoadCluster(args.planner.cluster);
   if (!cluster.ok()) return ReportError(cluster.status());
   Result<Strategy> strategy = ParseStrategy(args.strategy);
   if (!strategy.ok()) return ReportError(strategy.status().WithContext("--strategy"));
@@ -216,6 +205,7 @@ int Run(const CLI::App& cmd, const BatchArgs& batch_args, const SimulateArgs& ar
   if (args.json) {
     nlohmann::json j = {
         {"strategy", strategy_name},
+        {"origin", plan.origin},
         {"cluster", cluster->name},
         {"topology", plan.topology.ToString()},
         {"fwd_ms", fwd.makespan_ms},
@@ -238,6 +228,7 @@ int Run(const CLI::App& cmd, const BatchArgs& batch_args, const SimulateArgs& ar
       j["inner_ring_total_ms"] = simulated->inner_ring_ms;
     }
     if (simulated->padded_tokens) j["padded_tokens"] = *simulated->padded_tokens;
+    if (!simulated->candidates.is_null()) j["candidates"] = simulated->candidates;
     if (!args.trace.empty()) j["trace"] = args.trace;
     fmt::print("{}\n", j.dump(2));
     return 0;
@@ -249,7 +240,7 @@ int Run(const CLI::App& cmd, const BatchArgs& batch_args, const SimulateArgs& ar
                             : fmt::format("plan read from '{}'", args.plan_file);
   if (simulated->inner_ring) planned += fmt::format(", inner ring {}", *simulated->inner_ring);
   fmt::print("{} on {}, topology {} ({} devices, {} divisions): {}, simulated in {:.1f} ms\n",
-             strategy_name, cluster->name, plan.topology.ToString(), plan.topology.devices(),
+             plan.origin.empty() ? strategy_name : plan.origin, cluster->name, plan.topology.ToString(), plan.topology.devices(),
              plan.n_divisions, planned, simulated->simulation_ms);
   fmt::print("{:<9} {:>9} {:>12} {:>25} {:>11} {:>15} {:>15}\n", "pass", "time ms", "busy ms max",
              "exposed comm ms max/mean", "idle ms max", "inter-node MiB", "intra-node MiB");
@@ -274,15 +265,9 @@ CommandRunner AddSimulateCommand(CLI::App& app) {
   auto args = std::make_shared<SimulateArgs>();
   AddBatchOptions(*cmd, *batch_args);
   AddPlacementOptions(*cmd, args->placement);
-  cmd->add_option("--divisions", args->divisions,
-                  "Number of divisions for dcp, 'auto' (the scheduler's cost model) or 'search' "
-                  "(simulate every count on --cluster, keep the fastest)")
-      ->capture_default_str();
+  AddPlannerOptions(*cmd, args->planner);
   cmd->add_option("--plan", args->plan_file,
                   "Simulate this plan file (written by `dcp plan -o`) instead of planning");
-  cmd->add_option("--cluster", args->cluster,
-                  "Cluster model: p4de | h100 | FILE.json (docs/simulator.md)")
-      ->capture_default_str();
   cmd->add_option("--strategy", args->strategy, "dcp | ring | zigzag | ulysses | te | loongtrain")
       ->capture_default_str();
   cmd->add_option("--trace", args->trace, "Write a Chrome/Perfetto trace of both passes here");

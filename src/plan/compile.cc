@@ -115,13 +115,23 @@ class Compiler {
         topology_(topology),
         types_(blocks.shape, blocks.block_size, blocks.head_groups) {
     tiles_.resize(topology.devices() * static_cast<size_t>(schedule.n_divisions));
+    transfers_.resize(TransferIndex(topology.devices(), 0, 0));
+    for (const Transfer& t : schedule.transfers) {
+      for (DeviceId d : {t.source, t.destination}) {
+        transfers_[TransferIndex(d.value, t.division, t.phase)].push_back(&t);
+      }
+    }
     for (int32_t c = 0; c < static_cast<int32_t>(blocks.compute_blocks.size()); ++c) {
       tiles_[Index(placement.compute_device[c].value, schedule.compute_division[c])].push_back(c);
     }
     if (schedule.carry_gradients) PlanCarries();
     if (schedule.reduce_in_node) PlanNodeSums();
-    PlanReturns(Pass::kForward);
-    PlanReturns(Pass::kBackward);
+    for (Pass pass : {Pass::kForward, Pass::kBackward}) {
+      PlanReturns(pass);
+      for (int32_t d = 0; d < topology.devices(); ++d) {
+        partial_keys_[static_cast<int>(pass)].push_back(PartialKeys(d, pass));
+      }
+    }
   }
 
   Program Build(DeviceId device, Pass pass) const;
@@ -153,6 +163,10 @@ class Compiler {
 
   size_t Index(int32_t device, int32_t division) const {
     return static_cast<size_t>(device) * schedule_.n_divisions + division;
+  }
+  // Transfers arrive for divisions 1 .. n_divisions (the last: outputs), in phase 0 or 1.
+  size_t TransferIndex(int32_t device, int32_t division, int32_t phase) const {
+    return (static_cast<size_t>(device) * (schedule_.n_divisions + 1) + division) * 2 + phase;
   }
   int32_t Owner(DataBlockId b) const { return placement_.data_device[b.value].value; }
 
@@ -209,9 +223,12 @@ class Compiler {
   const Topology& topology_;
   SlotTypes types_;
   std::vector<std::vector<int32_t>> tiles_;  // per (device, division): compute blocks
+  // Per (device, division, phase): the transfers the device sends or receives (TransferIndex).
+  std::vector<std::vector<const Transfer*>> transfers_;
   std::vector<Carry> carries_;    // sorted: partials sent on in A launches (ring, node sums)
   std::vector<Carry> last_sums_;  // sorted: last-division partials to their aggregator, in B(n)
   std::vector<Carry> returns_[2];            // per pass, sorted
+  std::vector<std::vector<Key>> partial_keys_[2];  // per pass and device: PartialKeys
 };
 
 std::map<std::pair<int32_t, Compiler::Key>, int32_t> Compiler::LastTiles(Pass pass) const {
@@ -373,9 +390,8 @@ void Compiler::Exchange(State& st, DeviceId device, Pass pass, int32_t division,
   CommLaunch launch{
       .id = phase == 0 ? LaunchA(division) : LaunchB(division), .sends = {}, .recvs = {}};
   std::map<int32_t, PeerSlots> sends, recvs;
-  for (const Transfer& t : schedule_.transfers) {
-    if (t.division != division || t.phase != phase) continue;
-    if (t.source != device && t.destination != device) continue;
+  for (const Transfer* transfer : transfers_[TransferIndex(device.value, division, phase)]) {
+    const Transfer& t = *transfer;
     for (TensorKind kind : SideTensors(pass, t.side)) {
       const Key key{t.block.value, t.head_group, kind};
       if (t.source == device) {
@@ -502,24 +518,24 @@ std::vector<Compiler::Key> Compiler::PartialKeys(int32_t device, Pass pass) cons
       }
     }
   }
+  std::vector<Key> gone;  // returned early, or (backward) carried away
   if (pass == Pass::kBackward) {  // partials carried here stay, those carried away are gone
     for (const auto* list : {&carries_, &last_sums_}) {
       for (const Carry& c : *list) {
         if (c.to == device) keys.push_back(c.key);
-      }
-    }
-    for (const auto* list : {&carries_, &last_sums_}) {
-      for (const Carry& c : *list) {
-        if (c.from == device) std::erase(keys, c.key);
+        if (c.from == device) gone.push_back(c.key);
       }
     }
   }
-  for (const Carry& r : returns_[static_cast<int>(pass)]) {  // returned early: gone
-    if (r.from == device) std::erase(keys, r.key);
+  for (const Carry& r : returns_[static_cast<int>(pass)]) {
+    if (r.from == device) gone.push_back(r.key);
   }
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-  std::erase_if(keys, [&](const Key& k) { return Owner(DataBlockId{k.block}) == device; });
+  std::sort(gone.begin(), gone.end());
+  std::erase_if(keys, [&](const Key& k) {
+    return Owner(DataBlockId{k.block}) == device || std::binary_search(gone.begin(), gone.end(), k);
+  });
   return keys;
 }
 
@@ -559,7 +575,7 @@ void Compiler::ReduceOutputs(State& st, DeviceId device, Pass pass) const {
   CommLaunch launch{.id = LaunchOutputs(schedule_.n_divisions), .sends = {}, .recvs = {}};
   for (int32_t peer = 0; peer < topology_.devices(); ++peer) {
     if (peer == device.value) continue;
-    for (const Key& key : PartialKeys(peer, pass)) {
+    for (const Key& key : partial_keys_[static_cast<int>(pass)][peer]) {
       if (owner_of(key) != device.value) continue;
       Partial p{st.builder.NewBuffer(types_.Of(key.kind)), -1};
       AddEntry(recvs, peer, p.value, types_.Of(key.kind), key.block);

@@ -188,6 +188,10 @@ class Writer {
     Count(list.size());
     for (const T& element : list) encode_one(element);
   }
+  void Text(std::string_view text) {
+    Count(text.size());
+    for (char c : text) Write(static_cast<uint8_t>(c));
+  }
 
  private:
   // Stores `value` little-endian at `at`; returns the byte after it.
@@ -241,6 +245,17 @@ class Reader {
     for (uint32_t i = 0; i < n; ++i) {
       DCP_RETURN_IF_ERROR(Within(decode_one(&(*list)[i]), "{} {}", noun, i));
     }
+    return Status::Ok();
+  }
+
+  // Reads a count and that many bytes of text, at most `max_bytes`.
+  Status Text(size_t max_bytes, std::string_view noun, std::string* text) {
+    uint32_t n = 0;
+    DCP_RETURN_IF_ERROR(Count(1, noun, &n));
+    DCP_RETURN_IF_ERROR(Require(n <= max_bytes, "{} of {} bytes is longer than {}", noun, n,
+                                max_bytes));
+    text->assign(data_.substr(pos_, n));
+    pos_ += n;
     return Status::Ok();
   }
 
@@ -356,6 +371,7 @@ void EncodePayload(Writer& w, const Plan& plan) {
     w.Write(c.q_block.value, c.kv_block.value, c.head_group, c.area);
   });
   w.Write(plan.n_divisions, plan.part_device);
+  w.Text(plan.origin);
   w.List(plan.forward, [&](const Program& p) { Encode(w, p); });
   w.List(plan.backward, [&](const Program& p) { Encode(w, p); });
 }
@@ -680,6 +696,7 @@ Status DecodePayload(Reader& r, Plan* plan) {
       Require(plan->part_device >= -1 && plan->part_device < plan->topology.devices(),
               "part_device {} is neither -1 (the whole plan) nor one of the {} devices",
               plan->part_device, plan->topology.devices()));
+  DCP_RETURN_IF_ERROR(r.Text(kMaxOriginBytes, "origin", &plan->origin));
   DCP_RETURN_IF_ERROR(DecodePrograms(r, *plan, Pass::kForward, &plan->forward));
   DCP_RETURN_IF_ERROR(DecodePrograms(r, *plan, Pass::kBackward, &plan->backward));
   return Require(r.remaining() == 0, "{} trailing bytes after the programs, at byte {}",
@@ -777,6 +794,7 @@ Plan PlanPartForDevice(const Plan& plan, DeviceId device) {
   part.compute_blocks = plan.compute_blocks;
   part.n_divisions = plan.n_divisions;
   part.part_device = device.value;
+  part.origin = plan.origin;
   const auto take = [&](const std::vector<Program>& programs, std::vector<Program>* out) {
     if (programs.empty()) return;
     const size_t index = plan.part_device == -1 ? static_cast<size_t>(device.value) : 0;

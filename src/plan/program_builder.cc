@@ -2,8 +2,13 @@
 #include "plan/program_builder.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
+#include <map>
+#include <queue>
+#include <set>
 #include <tuple>
+#include <utility>
 
 namespace dcp::internal {
 
@@ -41,23 +46,34 @@ Program ProgramBuilder::Finish() {
   for (size_t b = 0; b < order.size(); ++b) order[b] = static_cast<SlotId>(b);
   std::sort(order.begin(), order.end(),
             [&](SlotId a, SlotId b) { return std::tie(first[a], a) < std::tie(first[b], b); });
+  // Per slot type: the slots free for the next buffer (lowest id first) and the busy ones by the
+  // instruction after which they free up. Buffers come in order of their first use, so a slot
+  // once free stays free until it is handed out again.
+  struct Pool {
+    std::set<SlotId> free;
+    std::priority_queue<std::pair<int, SlotId>, std::vector<std::pair<int, SlotId>>,
+                        std::greater<>>
+        busy;
+  };
+  std::map<std::tuple<TensorKind, DType, int64_t>, Pool> pools;
   std::vector<SlotId> slot_of(buffers_.size(), -1);
-  std::vector<int> slot_free_after;  // per slot: last use of its current tenant
   for (SlotId b : order) {
     if (first[b] > last[b]) continue;  // never referenced
-    SlotId chosen = -1;
-    for (SlotId s = 0; s < static_cast<SlotId>(program_.slots.size()); ++s) {
-      if (program_.slots[s] == buffers_[b] && slot_free_after[s] < first[b]) {
-        chosen = s;
-        break;
-      }
+    const SlotInfo& type = buffers_[b];
+    Pool& pool = pools[{type.kind, type.dtype, type.bytes}];
+    while (!pool.busy.empty() && pool.busy.top().first < first[b]) {
+      pool.free.insert(pool.busy.top().second);
+      pool.busy.pop();
     }
-    if (chosen < 0) {
+    SlotId chosen;
+    if (pool.free.empty()) {
       chosen = static_cast<SlotId>(program_.slots.size());
-      program_.slots.push_back(buffers_[b]);
-      slot_free_after.push_back(0);
+      program_.slots.push_back(type);
+    } else {
+      chosen = *pool.free.begin();
+      pool.free.erase(pool.free.begin());
     }
-    slot_free_after[chosen] = last[b];
+    pool.busy.emplace(last[b], chosen);
     slot_of[b] = chosen;
   }
 

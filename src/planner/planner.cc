@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The planner: blocking, placement, scheduling and compilation of one batch, and the candidate
-// search around them (block sizes x tolerances, each simulated on the cluster model).
+// The planner: blocking, placement, scheduling and compilation of one batch, and the tuning
+// around them: candidates (dcp's placements at several block sizes and tolerances, the static
+// layouts) planned in parallel, simulated on the cluster, the fastest kept.
 #include "dcp/planner.h"
 
 #include <fmt/format.h>
@@ -11,14 +12,23 @@
 #include <optional>
 #include <thread>
 
+#include "dcp/baselines.h"
 #include "util/stopwatch.h"
 
 namespace dcp {
 namespace {
 
 constexpr int32_t kMaxThreads = 1024;
+constexpr int32_t kMaxCandidates = 4096;
 
 using internal::Stopwatch;
+
+// The cluster plans are costed on: the options' cluster, with the topology's node size.
+ClusterSpec CostCluster(const PlanOptions& options) {
+  ClusterSpec cluster = options.cluster;
+  cluster.devices_per_node = options.topology.devices_per_node;
+  return cluster;
+}
 
 // The scheduler's options: the division count, and its cost model taken from the cluster the
 // plan is for, so divisions are sized for that machine.
@@ -29,6 +39,11 @@ ScheduleOptions SchedulerOptionsFor(const PlanOptions& options) {
       .device_flops = cluster.device.peak_flops * cluster.device.attention.forward_efficiency,
       .intra_node_bytes_per_s = cluster.intra_node.bytes_per_s,
       .inter_node_bytes_per_s = cluster.inter_node.bytes_per_s};
+}
+
+int64_t LargestPeak(const Plan& plan) {
+  const std::vector<int64_t> peak = PeakBufferBytesPerDevice(plan);
+  return peak.empty() ? 0 : *std::max_element(peak.begin(), peak.end());
 }
 
 Status CheckMemoryBudget(const Plan& plan, int64_t budget) {
@@ -43,7 +58,7 @@ Status CheckMemoryBudget(const Plan& plan, int64_t budget) {
   return Status::Ok();
 }
 
-// One pass of the pipeline with every value pinned (block size, tolerances).
+// One pass of the pipeline with block size (or its heuristic) and tolerances pinned.
 Result<PlannedBatch> PlanOnce(const Batch& batch, const PlanOptions& options) {
   PlannedBatch out;
   Stopwatch watch;
@@ -65,128 +80,242 @@ Result<PlannedBatch> PlanOnce(const Batch& batch, const PlanOptions& options) {
       Schedule schedule,
       options.division_choice == DivisionChoice::kSimulate
           ? ScheduleBySimulation(batch, out.blocks, out.placed.placement, options.topology,
-                                 scheduler, options.cluster)
+                                 scheduler, CostCluster(options))
           : ScheduleDivisions(out.blocks, out.placed.placement, options.topology, scheduler));
   out.ms.scheduling = watch.Lap();
   DCP_ASSIGN_OR_RETURN(out.plan, CompilePlan(batch, out.blocks, out.placed.placement, schedule,
                                              options.topology));
   out.ms.compile = watch.Lap();
-  DCP_RETURN_IF_ERROR(CheckMemoryBudget(out.plan, options.memory_budget_bytes));
-  out.candidate = fmt::format("{}:{}/{}:{}", out.blocks.block_size, options.partition.eps_compute,
-                              options.partition.eps_inter, out.plan.n_divisions);
+  out.plan.origin = fmt::format("dcp {}:{}/{}:{}", out.blocks.block_size,
+                                options.partition.eps_compute, options.partition.eps_inter,
+                                out.plan.n_divisions);
   return out;
 }
 
-// Plans every (block size, tolerances) candidate on `threads` threads and keeps the fastest on
-// the cluster model. Candidates are independent and the winner is chosen in candidate order, so
-// the result does not depend on the thread count.
-Result<PlannedBatch> SearchCandidates(const Batch& batch, const PlanOptions& options) {
-  std::vector<PlanOptions> candidates;
-  const std::vector<int64_t> block_sizes = options.candidate_block_sizes.empty()
-                                               ? std::vector<int64_t>{options.block_size}
-                                               : options.candidate_block_sizes;
+// A static layout's plan, with its placement priced like dcp's.
+Result<PlannedBatch> PlanStatic(const Batch& batch, Strategy strategy, int32_t inner_ring,
+                                const PlanOptions& options) {
+  PlannedBatch out;
+  Stopwatch watch;
+  DCP_ASSIGN_OR_RETURN(BaselinePlan baseline,
+                       PlanBaseline(strategy, batch,
+                                    BaselineOptions{.topology = options.topology,
+                                                    .inner_ring = inner_ring}));
+  out.ms.compile = watch.Lap();
+  out.blocks = std::move(baseline.blocks);
+  out.placed.placement = std::move(baseline.placement);
+  DCP_ASSIGN_OR_RETURN(out.placed.report, EvaluatePlacement(BuildHypergraph(out.blocks),
+                                                            out.placed.placement,
+                                                            options.topology));
+  out.placed.balanced = true;
+  out.ms.placement = watch.Lap();
+  out.plan = std::move(baseline.plan);
+  return out;
+}
+
+// One candidate of the tuning: dcp's own pipeline with `own`'s values, or a static layout.
+struct Candidate {
+  std::optional<PlanOptions> own;
+  Strategy strategy = Strategy::kDcp;
+  int32_t inner_ring = 1;
+  std::string name;  // as Plan::origin will be (dcp's own: without the divisions, not yet known)
+};
+
+int64_t BlockCount(const Batch& batch, int64_t block_size) {
+  int64_t blocks = 0;
+  for (int64_t length : batch.seqlens()) blocks += (length + block_size - 1) / block_size;
+  return blocks;
+}
+
+// The block sizes to try: the pinned one, or the tuning list without the sizes that would leave
+// devices without a block; when that leaves none, 0 (the block-size heuristic).
+std::vector<int64_t> BlockSizesToTry(const Batch& batch, const PlanOptions& options) {
+  if (options.block_size > 0) return {options.block_size};
+  std::vector<int64_t> sizes;
+  for (int64_t size : options.tuning.block_sizes) {
+    if (BlockCount(batch, size) >= options.topology.devices()) sizes.push_back(size);
+  }
+  if (sizes.empty()) sizes.push_back(0);
+  return sizes;
+}
+
+std::vector<Candidate> CandidatesOf(const Batch& batch, const PlanOptions& options) {
+  const TuningOptions& tuning = options.tuning;
   const std::vector<Tolerances> tolerances =
-      options.candidate_tolerances.empty()
+      tuning.tolerances.empty()
           ? std::vector<Tolerances>{{options.partition.eps_compute, options.partition.eps_inter}}
-          : options.candidate_tolerances;
-  for (int64_t block_size : block_sizes) {
+          : tuning.tolerances;
+  std::vector<Candidate> candidates;
+  for (int64_t block_size : BlockSizesToTry(batch, options)) {
     for (Tolerances eps : tolerances) {
-      PlanOptions& c = candidates.emplace_back(options);
-      c.block_size = block_size;
-      c.partition.eps_compute = eps.compute;
-      c.partition.eps_inter = eps.inter;
+      if (static_cast<int32_t>(candidates.size()) == tuning.max_candidates) break;
+      PlanOptions own = options;
+      own.block_size = block_size;
+      own.partition.eps_compute = eps.compute;
+      own.partition.eps_inter = eps.inter;
+      Candidate& c = candidates.emplace_back();
+      c.name = fmt::format("dcp {}:{}/{}", block_size, eps.compute, eps.inter);
+      c.own = std::move(own);
     }
   }
-  struct Outcome {
-    std::optional<Result<PlannedBatch>> planned;
-    double seconds = 0;
-  };
-  std::vector<Outcome> outcomes(candidates.size());
+  if (tuning.static_layouts) {
+    for (Strategy s : {Strategy::kRing, Strategy::kZigzag, Strategy::kTe}) {
+      Candidate& c = candidates.emplace_back();
+      c.strategy = s;
+      c.name = ToString(s);
+    }
+    for (int32_t inner : LoongTrainInnerRings(batch.shape(), options.topology)) {
+      Candidate& c = candidates.emplace_back();
+      c.strategy = Strategy::kLoongTrain;
+      c.inner_ring = inner;
+      c.name = fmt::format("loongtrain:{}", inner);
+    }
+  }
+  return candidates;
+}
+
+// A candidate planned and measured.
+struct Tried {
+  std::optional<Result<PlannedBatch>> planned;
+  CandidateOutcome outcome;
+  bool over_budget = false;
+};
+
+Tried Try(const Batch& batch, const Candidate& candidate, const PlanOptions& options) {
+  Tried t;
+  t.outcome.own = candidate.own.has_value();
+  t.outcome.name = candidate.name;
+  Result<PlannedBatch> planned =
+      candidate.own ? PlanOnce(batch, *candidate.own)
+                    : PlanStatic(batch, candidate.strategy, candidate.inner_ring, options);
+  if (planned.ok()) {
+    t.outcome.name = planned->plan.origin;
+    t.outcome.peak_bytes = LargestPeak(planned->plan);
+    Status budget = CheckMemoryBudget(planned->plan, options.memory_budget_bytes);
+    if (!budget.ok()) {
+      t.over_budget = true;
+      planned = std::move(budget);
+    } else if (Result<SimReport> report = SimulatePlan(planned->plan, CostCluster(options));
+               report.ok()) {
+      t.outcome.simulated_s = report->total_s();
+    } else {
+      planned = report.status();
+    }
+  }
+  if (!planned.ok()) t.outcome.error = planned.status().ToString();
+  t.planned = std::move(planned);
+  return t;
+}
+
+// The error when no candidate could be planned: the memory budget's, naming the smallest peak
+// seen, or the first candidate's error.
+Status NoCandidate(const std::vector<Tried>& tried, const PlanOptions& options) {
+  const Tried* smallest = nullptr;
+  for (const Tried& t : tried) {
+    if (t.over_budget && (smallest == nullptr || t.outcome.peak_bytes < smallest->outcome.peak_bytes)) {
+      smallest = &t;
+    }
+  }
+  if (smallest != nullptr) {
+    return Status::InvalidArgument(fmt::format(
+        "no plan fits the memory budget of {} bytes per device: the smallest peak among the {} "
+        "candidates tried is {} bytes ({})",
+        options.memory_budget_bytes, tried.size(), smallest->outcome.peak_bytes,
+        smallest->outcome.name));
+  }
+  return tried.front().planned->status().WithContext(
+      fmt::format("candidate {}", tried.front().outcome.name));
+}
+
+// Plans every candidate on `threads` threads and keeps the fastest on the cluster model.
+// Candidates are independent and the winner is chosen in candidate order, so the result does
+// not depend on the thread count.
+Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
+                          const std::vector<Candidate>& candidates) {
+  std::vector<Tried> tried(candidates.size());
   std::atomic<size_t> next{0};
   const auto work = [&] {
     for (size_t i = next++; i < candidates.size(); i = next++) {
-      Result<PlannedBatch> planned = PlanOnce(batch, candidates[i]);
-      if (planned.ok()) {
-        Result<SimReport> report = SimulatePlan(planned->plan, options.cluster);
-        if (!report.ok()) {
-          planned = report.status();
-        } else {
-          outcomes[i].seconds = report->total_s();
-        }
-      }
-      outcomes[i].planned = std::move(planned);
+      tried[i] = Try(batch, candidates[i], options);
     }
   };
   Stopwatch watch;
-  const size_t threads =
-      std::min(static_cast<size_t>(options.threads), std::max<size_t>(candidates.size(), 1));
+  const size_t threads = std::min(static_cast<size_t>(options.threads), candidates.size());
   std::vector<std::thread> pool;
   for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
   work();
   for (std::thread& t : pool) t.join();
-  const double search_ms = watch.Lap();
+  const double tuning_ms = watch.Lap();
 
-  std::optional<size_t> best;
-  Status first_error;
-  for (size_t i = 0; i < outcomes.size(); ++i) {
-    const Result<PlannedBatch>& planned = *outcomes[i].planned;
-    if (!planned.ok()) {
-      if (first_error.ok()) {
-        first_error = planned.status().WithContext(fmt::format(
-            "candidate block size {}, tolerances {}/{}", candidates[i].block_size,
-            candidates[i].partition.eps_compute, candidates[i].partition.eps_inter));
-      }
-      continue;
+  std::optional<size_t> best, best_own;
+  for (size_t i = 0; i < tried.size(); ++i) {
+    if (!tried[i].planned->ok()) continue;
+    const double s = tried[i].outcome.simulated_s;
+    if (!best || s < tried[*best].outcome.simulated_s) best = i;
+    if (tried[i].outcome.own && (!best_own || s < tried[*best_own].outcome.simulated_s)) {
+      best_own = i;
     }
-    if (!best || outcomes[i].seconds < outcomes[*best].seconds) best = i;
   }
-  if (!best) return first_error;
-  PlannedBatch chosen = std::move(*outcomes[*best].planned).value();
-  chosen.simulated_s = outcomes[*best].seconds;
-  chosen.ms.search = std::max(0.0, search_ms - chosen.ms.total());
+  if (!best) return NoCandidate(tried, options);
+  PlannedBatch chosen = std::move(*tried[*best].planned).value();
+  chosen.simulated_s = tried[*best].outcome.simulated_s;
+  chosen.ms.search = std::max(0.0, tuning_ms - chosen.ms.total());
+  chosen.best_own = best_own;
+  for (Tried& t : tried) chosen.candidates.push_back(std::move(t.outcome));
   return chosen;
 }
 
 }  // namespace
+
+Status TuningOptions::Validate() const {
+  for (int64_t b : block_sizes) {
+    if (b < 1) {
+      return Status::InvalidArgument(
+          fmt::format("PlanOptions.tuning.block_sizes holds {}; block sizes must be >= 1", b));
+    }
+  }
+  for (Tolerances eps : tolerances) {
+    PartitionOptions p;
+    p.eps_compute = eps.compute;
+    p.eps_inter = eps.inter;
+    DCP_RETURN_IF_ERROR(p.Validate().WithContext("PlanOptions.tuning.tolerances"));
+  }
+  if (max_candidates < 1 || max_candidates > kMaxCandidates) {
+    return Status::InvalidArgument(fmt::format(
+        "PlanOptions.tuning.max_candidates {} must be in [1, {}]", max_candidates,
+        kMaxCandidates));
+  }
+  return Status::Ok();
+}
 
 Status PlanOptions::Validate() const {
   DCP_RETURN_IF_ERROR(topology.Validate().WithContext("PlanOptions.topology"));
   DCP_RETURN_IF_ERROR(cluster.Validate().WithContext("PlanOptions.cluster"));
   if (block_size < 0) {
     return Status::InvalidArgument(
-        fmt::format("PlanOptions.block_size {} must be >= 1, or 0 for automatic", block_size));
-  }
-  for (int64_t b : candidate_block_sizes) {
-    if (b < 1) {
-      return Status::InvalidArgument(
-          fmt::format("PlanOptions.candidate_block_sizes holds {}; block sizes must be >= 1", b));
-    }
-  }
-  for (Tolerances eps : candidate_tolerances) {
-    PartitionOptions p = partition;
-    p.eps_compute = eps.compute;
-    p.eps_inter = eps.inter;
-    DCP_RETURN_IF_ERROR(p.Validate().WithContext("PlanOptions.candidate_tolerances"));
+        fmt::format("PlanOptions.block_size {} must be >= 1, or 0 to tune it", block_size));
   }
   DCP_RETURN_IF_ERROR(partition.Validate().WithContext("PlanOptions.partition"));
+  DCP_RETURN_IF_ERROR(tuning.Validate());
   DCP_RETURN_IF_ERROR(SchedulerOptionsFor(*this).Validate().WithContext("PlanOptions"));
   if (threads < 1 || threads > kMaxThreads) {
     return Status::InvalidArgument(
         fmt::format("PlanOptions.threads {} must be in [1, {}]", threads, kMaxThreads));
-  }
-  const bool simulates = division_choice == DivisionChoice::kSimulate ||
-                         !candidate_block_sizes.empty() || !candidate_tolerances.empty();
-  if (simulates && cluster.devices_per_node != topology.devices_per_node) {
-    return Status::InvalidArgument(fmt::format(
-        "PlanOptions: the search simulates plans on cluster '{}' of {} devices per node, but the "
-        "topology {} has {}",
-        cluster.name, cluster.devices_per_node, topology.ToString(), topology.devices_per_node));
   }
   if (memory_budget_bytes < 0) {
     return Status::InvalidArgument(fmt::format(
         "PlanOptions.memory_budget_bytes {} must be >= 0 (0: no budget)", memory_budget_bytes));
   }
   return Status::Ok();
+}
+
+PlanOptions SinglePassOptions(const Topology& topology, int64_t block_size) {
+  PlanOptions options;
+  options.topology = topology;
+  options.block_size = block_size;
+  options.tuning.tolerances.clear();
+  options.tuning.static_layouts = false;
+  return options;
 }
 
 std::vector<int64_t> PeakBufferBytesPerDevice(const Plan& plan) {
@@ -199,10 +328,19 @@ std::vector<int64_t> PeakBufferBytesPerDevice(const Plan& plan) {
 
 Result<PlannedBatch> PlanBatch(const Batch& batch, const PlanOptions& options) {
   DCP_RETURN_IF_ERROR(options.Validate());
-  if (!options.candidate_block_sizes.empty() || !options.candidate_tolerances.empty()) {
-    return SearchCandidates(batch, options);
+  // A value that fits no batch of this shape is the caller's error, not a candidate's failure.
+  if (options.head_groups < 1 || batch.shape().kv_heads % options.head_groups != 0) {
+    return Status::InvalidArgument(fmt::format("PlanOptions.head_groups {} does not divide the "
+                                               "batch's {} KV heads",
+                                               options.head_groups, batch.shape().kv_heads));
   }
-  return PlanOnce(batch, options);
+  const std::vector<Candidate> candidates = CandidatesOf(batch, options);
+  if (candidates.size() == 1 && candidates.front().own) {  // every value pinned: one pass
+    DCP_ASSIGN_OR_RETURN(PlannedBatch planned, PlanOnce(batch, *candidates.front().own));
+    DCP_RETURN_IF_ERROR(CheckMemoryBudget(planned.plan, options.memory_budget_bytes));
+    return planned;
+  }
+  return Tune(batch, options, candidates);
 }
 
 }  // namespace dcp

@@ -246,9 +246,11 @@ TEST(CliPlan, ChecksAndReportsThePlanAsJson) {
 // one run, and `dcp place` (before compiling) prints the same map as `dcp plan`.
 TEST(CliPlan, PrintsTheTokenMapOfEveryDevice) {
   const std::vector<int64_t> lengths = {3000, 1000, 700};
+  // Everything pinned, so `plan` places as `place` does.
   const std::vector<std::string> batch = {"--seqlens", "3000,1000,700", "--topology", "2x2",
-                                          "--block-size", "512", "--json"};
-  std::vector<std::string> plan_args = {"plan"}, place_args = {"place"};
+                                          "--block-size", "512", "--eps-compute", "0.1",
+                                          "--eps-inter", "0.4", "--json"};
+  std::vector<std::string> plan_args = {"plan", "--dcp-only"}, place_args = {"place"};
   plan_args.insert(plan_args.end(), batch.begin(), batch.end());
   place_args.insert(place_args.end(), batch.begin(), batch.end());
   const nlohmann::json plan = ParseJson(RunDcp(plan_args));

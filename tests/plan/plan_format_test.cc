@@ -326,6 +326,7 @@ Plan FixturePlan() {
                       {DataBlockId{1}, DataBlockId{0}, 1, 8},
                       {DataBlockId{2}, DataBlockId{2}, 0, 6}};
   p.n_divisions = 2;
+  p.origin = "dcp 4:0.1/0.4:2";
   for (int32_t d = 0; d < 2; ++d) {
     p.forward.push_back(FixtureProgram(DeviceId{d}, Pass::kForward));
     p.backward.push_back(FixtureProgram(DeviceId{d}, Pass::kBackward));
@@ -425,7 +426,7 @@ TEST(PlanFormat, HeaderHoldsMagicVersionLengthAndChecksum) {
     return v;
   };
   EXPECT_EQ(bytes.substr(0, 8), std::string("DCPPLAN\0", 8));
-  EXPECT_EQ(bytes.substr(8, 4), std::string("\x02\x00\x00\x00", 4));
+  EXPECT_EQ(bytes.substr(8, 4), std::string("\x03\x00\x00\x00", 4));
   EXPECT_EQ(u64_at(12), bytes.size() - kHeader);
   EXPECT_EQ(u64_at(20), internal::PlanChecksum(std::string_view(bytes).substr(kHeader)));
 }
@@ -443,14 +444,15 @@ TEST(PlanFormat, SmallestPlanMatchesTheDocumentedExample) {
       u32(1) + u32(0) +                                  // block_owner [0]
       u32(0) +                                           // compute_blocks []
       u32(0) + u32(0xffffffff) +                         // n_divisions 0, part_device -1
+      u32(0) +                                           // origin ""
       u32(1) + u32(0) + std::string(1, '\0') +           // 1 forward program: device 0
       u32(0) + u32(0) + u32(0) + u32(0) +                // no slots, bindings, instructions
       u32(0);                                            // no backward programs
-  ASSERT_EQ(payload.size(), 134u);
+  ASSERT_EQ(payload.size(), 138u);
   const std::string bytes = Encode(SmallestPlan());
   EXPECT_EQ(bytes.substr(kHeader), payload);
   EXPECT_EQ(bytes.substr(0, kHeader),
-            std::string("DCPPLAN\0", 8) + u32(2) + u64(134) + u64(0xB89BC89B16AE80BBULL));
+            std::string("DCPPLAN\0", 8) + u32(3) + u64(138) + u64(0x5E839D656A0C9B8CULL));
 }
 
 TEST(PlanFormat, EncodeReplacesWhatTheOutputHeld) {
@@ -546,32 +548,32 @@ TEST(PlanDecode, WrongMagicIsCorrupt) {
 }
 
 TEST(PlanDecode, OtherVersionIsUnsupportedNamingBothVersions) {
-  for (uint32_t version : {0u, 1u, 3u, 0xffffffffu}) {
+  for (uint32_t version : {0u, 2u, 4u, 0xffffffffu}) {
     std::string bytes = Encode(SmallestPlan());
     PutLittleEndian(&bytes, internal::kPlanVersionOffset, version, 4);
     const Status status = DecodeStatus(bytes);
     EXPECT_EQ(status.code(), StatusCode::kUnsupported);
     EXPECT_EQ(status.message(), fmt::format("plan: format version {} is not supported (this build "
-                                            "reads version 2)",
+                                            "reads version 3)",
                                             version));
   }
 }
 
 TEST(PlanDecode, PayloadLengthOtherThanTheBytesThatFollowIsCorrupt) {
   const std::string bytes = Encode(SmallestPlan());
-  for (uint64_t length : {uint64_t{135}, uint64_t{1} << 63, ~uint64_t{0}}) {
+  for (uint64_t length : {uint64_t{139}, uint64_t{1} << 63, ~uint64_t{0}}) {
     std::string damaged = bytes;
     PutLittleEndian(&damaged, internal::kPlanPayloadLengthOffset, length, 8);
     const Status status = DecodeStatus(damaged);
     EXPECT_EQ(status.code(), StatusCode::kCorrupt);
     EXPECT_THAT(status.message(),
                 HasSubstr(fmt::format("plan: truncated: the header announces a payload of {} "
-                                      "bytes, 134 follow",
+                                      "bytes, 138 follow",
                                       length)));
   }
   const Status status = DecodeStatus(bytes + "x");
   EXPECT_EQ(status.code(), StatusCode::kCorrupt);
-  EXPECT_EQ(status.message(), "plan: 1 trailing bytes after the payload of 134 bytes");
+  EXPECT_EQ(status.message(), "plan: 1 trailing bytes after the payload of 138 bytes");
 }
 
 TEST(PlanDecode, ChecksumMismatchIsCorrupt) {
@@ -590,7 +592,7 @@ TEST(PlanDecode, TrailingBytesInsideThePayloadAreCorrupt) {
   Reseal(&bytes);
   const Status status = DecodeStatus(bytes);
   EXPECT_EQ(status.code(), StatusCode::kCorrupt);
-  EXPECT_EQ(status.message(), "plan: 3 trailing bytes after the programs, at byte 162");
+  EXPECT_EQ(status.message(), "plan: 3 trailing bytes after the programs, at byte 166");
 }
 
 TEST(PlanDecode, HugeCountsAreRefusedBeforeAllocating) {
@@ -599,19 +601,20 @@ TEST(PlanDecode, HugeCountsAreRefusedBeforeAllocating) {
     size_t offset;
     std::string message;
   } cases[] = {
-      {49, "plan: sequence count 4294967295 at byte 77 exceeds what the 81 bytes left can hold"},
+      {49, "plan: sequence count 4294967295 at byte 77 exceeds what the 85 bytes left can hold"},
       {61, "plan: data block count 4294967295 at byte 89"},
       {85, "plan: block owner count 4294967295 at byte 113"},
       {93, "plan: compute block count 4294967295 at byte 121"},
-      {105, "plan: forward programs: program count 4294967295 at byte 133"},
-      {114, "plan: forward program 0: slot count 4294967295 at byte 142"},
-      {118, "plan: forward program 0: input count 4294967295 at byte 146"},
-      {122, "plan: forward program 0: output count 4294967295 at byte 150"},
-      {126,
-       "plan: forward program 0: instruction count 4294967295 at byte 154 exceeds what the "
-       "4 bytes left can hold"},
+      {105, "plan: origin count 4294967295 at byte 133 exceeds what the 29 bytes left can hold"},
+      {109, "plan: forward programs: program count 4294967295 at byte 137"},
+      {118, "plan: forward program 0: slot count 4294967295 at byte 146"},
+      {122, "plan: forward program 0: input count 4294967295 at byte 150"},
+      {126, "plan: forward program 0: output count 4294967295 at byte 154"},
       {130,
-       "plan: backward programs: program count 4294967295 at byte 158 exceeds what the 0 "
+       "plan: forward program 0: instruction count 4294967295 at byte 158 exceeds what the "
+       "4 bytes left can hold"},
+      {134,
+       "plan: backward programs: program count 4294967295 at byte 162 exceeds what the 0 "
        "bytes left can hold"},
   };
   const std::string bytes = Encode(SmallestPlan());
@@ -632,14 +635,14 @@ TEST(PlanDecode, UnknownEnumCodesAreCorrupt) {
   }
   {
     std::string bytes = smallest;
-    bytes[kHeader + 113] = 2;  // forward program 0's pass
+    bytes[kHeader + 117] = 2;  // forward program 0's pass
     Reseal(&bytes);
     EXPECT_EQ(DecodeStatus(bytes).message(),
               "plan: forward program 0: pass code 2 is not in [0, 1]");
   }
   {
     std::string bytes = smallest;
-    bytes[kHeader + 113] = 1;  // a backward program in the forward list
+    bytes[kHeader + 117] = 1;  // a backward program in the forward list
     Reseal(&bytes);
     EXPECT_EQ(DecodeStatus(bytes).message(), "plan: forward program 0: holds a backward program");
   }
@@ -657,7 +660,7 @@ TEST(PlanDecode, UnknownEnumCodesAreCorrupt) {
               fmt::format("plan: forward program 0: instruction 0: tag {} is not in [0, 4]", tag));
   }
   // The slot's kind and dtype codes sit right after the slot count.
-  const size_t slot_at = kHeader + 118;
+  const size_t slot_at = kHeader + 122;
   const std::tuple<size_t, char, std::string> slot_cases[] = {
       {0, 8, "slot 0: tensor kind code 8 is not in [0, 7]"},
       {1, 2, "slot 0: dtype code 2 is not in [0, 1]"}};

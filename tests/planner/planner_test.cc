@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// The library planner: one call runs the whole pipeline; its candidate search keeps the fastest
-// candidate on the cluster model whatever the thread count; the memory budget is enforced.
+// The library planner: one call runs the whole pipeline; its tuning keeps the fastest candidate
+// on the cluster model whatever the thread count, static layouts included; the memory budget is
+// enforced.
 #include <gtest/gtest.h>
 
+#include "dcp/baselines.h"
 #include "dcp/planner.h"
 
 namespace dcp {
@@ -27,10 +29,29 @@ PlanOptions On2x4(Set&& set) {
   return options;
 }
 
+// Every value pinned: one pass of dcp's pipeline, no candidates.
+void Pin(PlanOptions& o, int64_t block_size) {
+  const Topology topology = o.topology;
+  o = SinglePassOptions(topology, block_size);
+}
+
+// The p4de model with 4 devices per node, as the planner costs plans for a 2x4 topology.
+ClusterSpec Cluster2x4() {
+  ClusterSpec cluster;
+  cluster.devices_per_node = 4;
+  return cluster;
+}
+
+double SimulatedSeconds(const Plan& plan) {
+  auto report = SimulatePlan(plan, Cluster2x4());
+  EXPECT_TRUE(report.ok()) << report.status().ToString();
+  return report.ok() ? report->total_s() : 0;
+}
+
 TEST(PlanBatch, IsThePipelineOfItsPhases) {
   const Batch batch = TestBatch();
   const PlanOptions options = On2x4([](PlanOptions& o) {
-    o.block_size = 512;
+    Pin(o, 512);
     o.partition.seed = 3;
   });
   auto planned = PlanBatch(batch, options);
@@ -46,61 +67,103 @@ TEST(PlanBatch, IsThePipelineOfItsPhases) {
   auto schedule = ScheduleDivisions(*blocks, placed->placement, k2x4, scheduler);
   auto plan = CompilePlan(batch, *blocks, placed->placement, *schedule, k2x4);
   ASSERT_TRUE(plan.ok());
+  plan->origin = fmt::format("dcp 512:0.1/0.4:{}", plan->n_divisions);
   EXPECT_EQ(planned->plan, *plan);
   EXPECT_TRUE(ValidatePlan(planned->plan).ok());
-  EXPECT_EQ(planned->candidate, fmt::format("512:0.1/0.4:{}", plan->n_divisions));
+  EXPECT_TRUE(planned->candidates.empty());
+  EXPECT_EQ(planned->simulated_s, 0);
   EXPECT_GT(planned->ms.total(), 0);
 }
 
-TEST(PlanBatch, ChoosesTheBlockSizeWhenAskedTo) {
+// A batch too small for every listed block size (fewer blocks than devices) gets the heuristic's.
+TEST(PlanBatch, FallsBackToTheBlockSizeHeuristicWhenNoListedSizeSuits) {
   const Batch batch = TestBatch();
-  auto planned = PlanBatch(batch, On2x4([](PlanOptions& o) { o.block_size = 0; }));
+  auto planned = PlanBatch(batch, On2x4([](PlanOptions& o) {
+                             Pin(o, 0);
+                             o.tuning.block_sizes = {4096, 8192};
+                           }));
   ASSERT_TRUE(planned.ok()) << planned.status().ToString();
   auto choice = ChooseBlockSize(batch.seqlens(), {.devices = 8, .eps_memory = 0.2});
   EXPECT_EQ(planned->plan.block_size, choice->block_size);
 }
 
-// The search keeps the candidate the simulator finds fastest, and the result does not depend on
-// the number of threads.
-TEST(PlanBatch, CandidateSearchKeepsTheFastestCandidateWhateverTheThreads) {
+// The tuning keeps the candidate the simulator finds fastest among dcp's own placements (each
+// planned here on its own, pinned) and the static layouts (planned here by PlanBaseline), and the
+// result does not depend on the number of threads.
+TEST(PlanBatch, TuningKeepsTheFastestCandidateWhateverTheThreads) {
   const Batch batch = TestBatch();
   PlanOptions options = On2x4([](PlanOptions& o) {
-    o.cluster.devices_per_node = 4;
-    o.candidate_block_sizes = {256, 512, 1024};
-    o.candidate_tolerances = {{0.1, 0.4}, {0.05, 0.05}};
+    o.tuning.block_sizes = {256, 512, 1024};
+    o.tuning.tolerances = {{0.1, 0.4}, {0.05, 0.05}};
   });
-  double fastest = std::numeric_limits<double>::infinity();
-  for (int64_t b : options.candidate_block_sizes) {
-    for (Tolerances eps : options.candidate_tolerances) {
+  std::vector<std::pair<std::string, double>> expected;  // in candidate order
+  for (int64_t b : options.tuning.block_sizes) {
+    for (Tolerances eps : options.tuning.tolerances) {
       auto one = PlanBatch(batch, On2x4([&](PlanOptions& o) {
-                             o.block_size = b;
+                             Pin(o, b);
                              o.partition.eps_compute = eps.compute;
                              o.partition.eps_inter = eps.inter;
                            }));
       ASSERT_TRUE(one.ok()) << one.status().ToString();
-      fastest = std::min(fastest, SimulatePlan(one->plan, options.cluster)->total_s());
+      expected.emplace_back(one->plan.origin, SimulatedSeconds(one->plan));
     }
   }
+  const size_t own = expected.size();
+  for (Strategy s : {Strategy::kRing, Strategy::kZigzag, Strategy::kTe}) {
+    auto baseline = PlanBaseline(s, batch, {.topology = k2x4});
+    ASSERT_TRUE(baseline.ok()) << baseline.status().ToString();
+    expected.emplace_back(std::string(ToString(s)), SimulatedSeconds(baseline->plan));
+  }
+  for (int32_t inner : LoongTrainInnerRings(batch.shape(), k2x4)) {
+    auto baseline = PlanBaseline(Strategy::kLoongTrain, batch, {.topology = k2x4, .inner_ring = inner});
+    ASSERT_TRUE(baseline.ok()) << baseline.status().ToString();
+    expected.emplace_back(fmt::format("loongtrain:{}", inner), SimulatedSeconds(baseline->plan));
+  }
+  const auto by_time = [](const auto& a, const auto& b) { return a.second < b.second; };
+  const auto fastest = std::min_element(expected.begin(), expected.end(), by_time);
+  const auto fastest_own = std::min_element(expected.begin(), expected.begin() + own, by_time);
+
   auto single = PlanBatch(batch, options);
   options.threads = 3;
   auto threaded = PlanBatch(batch, options);
   ASSERT_TRUE(single.ok()) << single.status().ToString();
   ASSERT_TRUE(threaded.ok()) << threaded.status().ToString();
-
-  EXPECT_DOUBLE_EQ(single->simulated_s, fastest);
+  EXPECT_DOUBLE_EQ(single->simulated_s, fastest->second);
+  EXPECT_EQ(single->plan.origin, fastest->first);
+  ASSERT_EQ(single->candidates.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(single->candidates[i].name, expected[i].first);
+    EXPECT_DOUBLE_EQ(single->candidates[i].simulated_s, expected[i].second) << i;
+    EXPECT_EQ(single->candidates[i].own, i < own) << i;
+  }
+  ASSERT_TRUE(single->best_own.has_value());
+  EXPECT_EQ(single->candidates[*single->best_own].name, fastest_own->first);
   EXPECT_EQ(single->plan, threaded->plan);
-  EXPECT_EQ(single->candidate, threaded->candidate);
+  EXPECT_EQ(single->candidates.size(), threaded->candidates.size());
+}
+
+// With default options the plan is at least as fast as every static layout on the cluster model.
+TEST(PlanBatch, TheDefaultPlanIsNeverSlowerThanAStaticLayout) {
+  const Batch batch = TestBatch();
+  auto planned = PlanBatch(batch, On2x4([](PlanOptions&) {}));
+  ASSERT_TRUE(planned.ok()) << planned.status().ToString();
+  EXPECT_DOUBLE_EQ(planned->simulated_s, SimulatedSeconds(planned->plan));
+  for (Strategy s : {Strategy::kRing, Strategy::kZigzag, Strategy::kTe}) {
+    auto baseline = PlanBaseline(s, batch, {.topology = k2x4});
+    ASSERT_TRUE(baseline.ok());
+    EXPECT_LE(planned->simulated_s, SimulatedSeconds(baseline->plan)) << ToString(s);
+  }
 }
 
 TEST(PlanBatch, RefusesAPlanAboveTheMemoryBudgetNamingTheDevice) {
   const Batch batch = TestBatch();
-  auto unbounded = PlanBatch(batch, On2x4([](PlanOptions& o) { o.block_size = 512; }));
+  auto unbounded = PlanBatch(batch, On2x4([](PlanOptions& o) { Pin(o, 512); }));
   ASSERT_TRUE(unbounded.ok());
   const std::vector<int64_t> peak = PeakBufferBytesPerDevice(unbounded->plan);
   const int64_t worst = *std::max_element(peak.begin(), peak.end());
   const auto with_budget = [&](int64_t budget) {
     return PlanBatch(batch, On2x4([&](PlanOptions& o) {
-                       o.block_size = 512;
+                       Pin(o, 512);
                        o.memory_budget_bytes = budget;
                      }));
   };
@@ -112,16 +175,46 @@ TEST(PlanBatch, RefusesAPlanAboveTheMemoryBudgetNamingTheDevice) {
       << refused.status().ToString();
 }
 
+// Tuning under a budget keeps only candidates within it, and with none within it names the
+// smallest peak it saw.
+TEST(PlanBatch, TuningSkipsCandidatesAboveTheMemoryBudget) {
+  const Batch batch = TestBatch();
+  auto unbounded = PlanBatch(batch, On2x4([](PlanOptions&) {}));
+  ASSERT_TRUE(unbounded.ok()) << unbounded.status().ToString();
+  int64_t smallest = std::numeric_limits<int64_t>::max(), largest = 0;
+  for (const CandidateOutcome& c : unbounded->candidates) {
+    if (!c.error.empty()) continue;
+    smallest = std::min(smallest, c.peak_bytes);
+    largest = std::max(largest, c.peak_bytes);
+  }
+  ASSERT_LT(smallest, largest);
+  const int64_t budget = (smallest + largest) / 2;
+  auto bounded = PlanBatch(batch, On2x4([&](PlanOptions& o) { o.memory_budget_bytes = budget; }));
+  ASSERT_TRUE(bounded.ok()) << bounded.status().ToString();
+  const std::vector<int64_t> peak = PeakBufferBytesPerDevice(bounded->plan);
+  EXPECT_LE(*std::max_element(peak.begin(), peak.end()), budget);
+  for (const CandidateOutcome& c : bounded->candidates) {
+    EXPECT_EQ(c.peak_bytes > budget, !c.error.empty()) << c.name;
+  }
+  auto none = PlanBatch(batch, On2x4([&](PlanOptions& o) { o.memory_budget_bytes = smallest - 1; }));
+  ASSERT_EQ(none.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(none.status().message().find(fmt::format("the smallest peak among the {} candidates "
+                                                     "tried is {} bytes",
+                                                     unbounded->candidates.size(), smallest)),
+            std::string::npos)
+      << none.status().ToString();
+}
+
 TEST(PlanBatch, RejectsBadOptionsNamingThem) {
   const Batch batch = TestBatch();
   const std::vector<std::pair<PlanOptions, const char*>> cases = {
       {On2x4([](PlanOptions& o) { o.threads = 0; }), "threads"},
       {On2x4([](PlanOptions& o) { o.memory_budget_bytes = -1; }), "memory_budget_bytes"},
       {On2x4([](PlanOptions& o) { o.block_size = -4; }), "block_size"},
-      {On2x4([](PlanOptions& o) { o.candidate_block_sizes = {0}; }), "candidate_block_sizes"},
-      {On2x4([](PlanOptions& o) { o.topology.nodes = 0; }), "topology"},
-      {On2x4([](PlanOptions& o) { o.division_choice = DivisionChoice::kSimulate; }),
-       "cluster 'p4de' of 8 devices per node"}};
+      {On2x4([](PlanOptions& o) { o.tuning.block_sizes = {0}; }), "tuning.block_sizes"},
+      {On2x4([](PlanOptions& o) { o.tuning.tolerances = {{-1, 0.4}}; }), "tuning.tolerances"},
+      {On2x4([](PlanOptions& o) { o.tuning.max_candidates = 0; }), "tuning.max_candidates"},
+      {On2x4([](PlanOptions& o) { o.topology.nodes = 0; }), "topology"}};
   for (const auto& [options, field] : cases) {
     auto planned = PlanBatch(batch, options);
     EXPECT_EQ(planned.status().code(), StatusCode::kInvalidArgument) << field;

@@ -33,9 +33,9 @@ Plan SmallPlan() {
   auto batch = Batch::Create({200, 90, 40}, {MaskSpec{}},
                              AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 8});
   EXPECT_TRUE(batch.ok()) << batch.status().ToString();
-  auto planned = PlanBatch(*batch, {.topology = {.nodes = 2, .devices_per_node = 2},
-                                    .block_size = 32,
-                                    .divisions = 3});
+  PlanOptions options = SinglePassOptions({.nodes = 2, .devices_per_node = 2}, 32);
+  options.divisions = 3;
+  auto planned = PlanBatch(*batch, options);
   EXPECT_TRUE(planned.ok()) << planned.status().ToString();
   return std::move(planned->plan);
 }

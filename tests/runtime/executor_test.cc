@@ -29,9 +29,9 @@ Plan MakePlan(const std::vector<int64_t>& lengths, const char* mask, DType dtype
   auto batch = Batch::Create(
       lengths, masks, AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 8, .dtype = dtype});
   EXPECT_TRUE(batch.ok()) << batch.status().ToString();
-  auto planned = PlanBatch(*batch, PlanOptions{.topology = topology,
-                                               .block_size = block_size,
-                                               .head_groups = head_groups});
+  PlanOptions options = SinglePassOptions(topology, block_size);
+  options.head_groups = head_groups;
+  auto planned = PlanBatch(*batch, options);
   EXPECT_TRUE(planned.ok()) << planned.status().ToString();
   return std::move(planned->plan);
 }

@@ -39,7 +39,7 @@ Job PlanFor(int32_t ranks, const char* mask, DType dtype) {
   auto batch = Batch::Create(
       lengths, masks, AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 8, .dtype = dtype});
   EXPECT_TRUE(batch.ok()) << batch.status().ToString();
-  auto planned = PlanBatch(*batch, {.topology = TopologyFor(ranks), .block_size = 32});
+  auto planned = PlanBatch(*batch, SinglePassOptions(TopologyFor(ranks), 32));
   EXPECT_TRUE(planned.ok()) << planned.status().ToString();
   return {std::move(batch).value(), std::move(planned->plan)};
 }

@@ -27,10 +27,9 @@ Planned RandomPlan(uint64_t seed) {
   for (int64_t l : lengths) specs.push_back(*MaskSpec::Parse(l < 3 ? "causal" : mask));
   auto batch = Batch::Create(lengths, specs, AttentionShape{.heads = 2, .kv_heads = 1, .head_dim = 4});
   EXPECT_TRUE(batch.ok()) << batch.status().ToString();
-  const PlanOptions options{
-      .topology = {.nodes = 1 + static_cast<int32_t>(rng() % 3),
-                   .devices_per_node = 1 + static_cast<int32_t>(rng() % 4)},
-      .block_size = int64_t{16} << (rng() % 4)};
+  const Topology topology{.nodes = 1 + static_cast<int32_t>(rng() % 3),
+                          .devices_per_node = 1 + static_cast<int32_t>(rng() % 4)};
+  const PlanOptions options = SinglePassOptions(topology, int64_t{16} << (rng() % 4));
   auto planned = PlanBatch(*batch, options);
   EXPECT_TRUE(planned.ok()) << planned.status().ToString();
   return {std::move(batch).value(), std::move(planned).value()};

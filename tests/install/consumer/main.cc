@@ -12,9 +12,8 @@ dcp::Status Run() {
   DCP_ASSIGN_OR_RETURN(dcp::MaskSpec causal, dcp::MaskSpec::Parse("causal"));
   DCP_ASSIGN_OR_RETURN(dcp::Batch batch,
                        dcp::Batch::Create({4096, 1024, 512}, {causal}, dcp::AttentionShape{}));
-  dcp::PlanOptions options;
-  options.topology = {.nodes = 1, .devices_per_node = 2};
-  options.block_size = 512;
+  const dcp::PlanOptions options =
+      dcp::SinglePassOptions({.nodes = 1, .devices_per_node = 2}, 512);
   DCP_ASSIGN_OR_RETURN(dcp::PlannedBatch planned, dcp::PlanBatch(batch, options));
   return dcp::ValidatePlan(planned.plan);
 }
