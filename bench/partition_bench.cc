@@ -3,7 +3,7 @@
 // described there (32 query / 8 KV heads, head dim 128, bf16, block 1024, causal, forward-only
 // traffic: Q, KV and O+LSE nets; memory = Q + KV + O + LSE), both constraints at tolerance 0.05,
 // for the builtin partitioner and Zoltan in the same run. Counters: km1 in MiB, the imbalances
-// (max/mean - 1), whether both constraints hold, and the reference table's figures.
+// (max/mean), whether both constraints hold, and the reference table's figures.
 #include <benchmark/benchmark.h>
 
 #include <vector>

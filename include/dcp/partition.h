@@ -107,8 +107,8 @@ struct PlacementReport {
   int64_t max_device_bytes_inter_node = 0;  // the most any device receives over the network
   std::vector<int64_t> device_compute;      // FLOPs forward + backward per device
   std::vector<int64_t> device_memory;       // bytes of data blocks per device
-  double compute_imbalance = 0;             // max / mean - 1
-  double memory_imbalance = 0;              // max / mean - 1
+  double compute_imbalance = 1;             // max / mean (1: perfect)
+  double memory_imbalance = 1;              // max / mean (1: perfect)
 };
 
 // REQUIRES: placement sizes match the graph, devices within the topology (checked: returns
@@ -130,7 +130,8 @@ Result<PartitionerKind> ParsePartitionerKind(std::string_view text);  // "builti
 
 struct PartitionOptions {
   PartitionerKind partitioner = PartitionerKind::kBuiltin;
-  // Compute per device <= (1 + eps_compute) * average, inside each node.
+  // Compute per device <= (1 + eps_compute) * its node's average, inside each node; over all
+  // devices that allows (1 + eps_inter) * (1 + eps_compute) times the mean (ComputeBound).
   double eps_compute = 0.1;
   // Compute per node <= (1 + eps_inter) * average at the first, across-node level: a looser bound
   // there buys fewer inter-node bytes; the second level restores eps_compute per device when the
@@ -143,6 +144,10 @@ struct PartitionOptions {
 
   Status Validate() const;
 };
+
+// The most compute imbalance (max/mean over all devices) the tolerances allow:
+// (1 + eps_inter) * (1 + eps_compute) across nodes, 1 + eps_compute on one node.
+double ComputeBound(const Topology& topology, const PartitionOptions& options);
 
 struct PartitionResult {
   Placement placement;

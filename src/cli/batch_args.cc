@@ -46,9 +46,12 @@ void AddPlacementOptions(CLI::App& app, PlacementArgs& args) {
   app.add_option("--topology", args.topology, "NODESxDEVICES, e.g. 4x8")->capture_default_str();
   app.add_option("--partitioner", args.partitioner, "builtin | zoltan")->capture_default_str();
   app.add_option("--eps-compute", args.eps_compute,
-                 "Compute tolerance per device (default: tuned, or 0.1 for place)");
+                 "Compute tolerance per device: at most (1 + this) x its node's mean FLOPs, so "
+                 "(1 + eps-inter)(1 + eps-compute) x the mean over all devices (default: tuned; "
+                 "0.1 for place)");
   app.add_option("--eps-inter", args.eps_inter,
-                 "Compute tolerance per node (default: tuned, or 0.4 for place)");
+                 "Compute tolerance per node: at most (1 + this) x the mean node's FLOPs "
+                 "(default: tuned; 0.4 for place)");
 }
 
 Result<PartitionOptions> BuildPartitionOptions(const BatchArgs& batch, const PlacementArgs& args) {

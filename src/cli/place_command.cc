@@ -67,8 +67,8 @@ int Run(const BatchArgs& batch_args, const PlaceArgs& args) {
     if (!r.ok()) return ReportError(r.status());
     report = *r;
     placed = *std::move(placement);
-    balanced = report.compute_imbalance <= options->eps_compute + 1e-9 &&
-               report.memory_imbalance <= options->eps_memory + 1e-9;
+    balanced = report.compute_imbalance <= ComputeBound(*topology, *options) + 1e-9 &&
+               report.memory_imbalance <= 1 + options->eps_memory + 1e-9;
   } else {
     Result<PartitionResult> result = PartitionBlocks(*blocks, *topology, *options);
     if (!result.ok()) return ReportError(result.status());
@@ -94,7 +94,7 @@ int Run(const BatchArgs& batch_args, const PlaceArgs& args) {
       static_cast<double>(report.bytes_inter_node) / kMiB,
       static_cast<double>(report.bytes_intra_node) / kMiB,
       static_cast<double>(report.max_device_bytes_inter_node) / kMiB);
-  fmt::print("imbalance (max/mean - 1): compute {:.3f}, memory {:.3f}{}\n",
+  fmt::print("imbalance (max/mean): compute {:.3f}, memory {:.3f}{}\n",
              report.compute_imbalance, report.memory_imbalance,
              balanced ? "" : "  (NOT within the tolerances)");
   return 0;

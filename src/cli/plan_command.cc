@@ -22,7 +22,7 @@ struct PlanArgs {
   bool json = false;
 };
 
-// max/mean - 1 of the FLOPs each device computes in one pass.
+// max/mean of the FLOPs each device computes in one pass.
 double ComputeImbalance(const BlockSet& blocks, const Placement& placement, int32_t devices,
                         Pass pass) {
   std::vector<double> load(devices, 0);
@@ -33,8 +33,8 @@ double ComputeImbalance(const BlockSet& blocks, const Placement& placement, int3
     load[placement.compute_device[c].value] += flops;
     total += flops;
   }
-  if (total == 0) return 0;
-  return *std::max_element(load.begin(), load.end()) * devices / total - 1;
+  if (total == 0) return 1;
+  return *std::max_element(load.begin(), load.end()) * devices / total;
 }
 
 nlohmann::json PassJson(const Plan& plan, const BlockSet& blocks, const Placement& placement,

@@ -375,12 +375,9 @@ Result<PartitionResult> Evaluate(const Hypergraph& g, const std::vector<int32_t>
         .push_back(DeviceId{device[v]});
   }
   DCP_ASSIGN_OR_RETURN(result.report, EvaluatePlacement(g, result.placement, topology));
-  const double compute_bound = topology.nodes > 1
-                                   ? (1 + options.eps_inter) * (1 + options.eps_compute) - 1
-                                   : options.eps_compute;
   constexpr double kSlack = 1e-9;  // rounding of the averages
-  result.balanced = result.report.memory_imbalance <= options.eps_memory + kSlack &&
-                    result.report.compute_imbalance <= compute_bound + kSlack;
+  result.balanced = result.report.memory_imbalance <= 1 + options.eps_memory + kSlack &&
+                    result.report.compute_imbalance <= ComputeBound(topology, options) + kSlack;
   return result;
 }
 
@@ -388,18 +385,21 @@ Result<PartitionResult> Evaluate(const Hypergraph& g, const std::vector<int32_t>
 // bytes, then fewer bytes.
 bool Better(const PartitionResult& a, const PartitionResult& b, const Topology& topology,
             const PartitionOptions& options) {
-  const double compute_bound = topology.nodes > 1
-                                   ? (1 + options.eps_inter) * (1 + options.eps_compute) - 1
-                                   : options.eps_compute;
+  const double compute_bound = ComputeBound(topology, options);
   const auto key = [&](const PartitionResult& r) {
     const double violation = std::max(0.0, r.report.compute_imbalance - compute_bound) +
-                             std::max(0.0, r.report.memory_imbalance - options.eps_memory);
+                             std::max(0.0, r.report.memory_imbalance - 1 - options.eps_memory);
     return std::make_tuple(violation, r.report.bytes_inter_node, r.report.km1_bytes);
   };
   return key(a) < key(b);
 }
 
 }  // namespace
+
+double ComputeBound(const Topology& topology, const PartitionOptions& options) {
+  return topology.nodes > 1 ? (1 + options.eps_inter) * (1 + options.eps_compute)
+                            : 1 + options.eps_compute;
+}
 
 Result<PartitionResult> PartitionHypergraph(const Hypergraph& g, const BlockSet& blocks,
                                             const Topology& topology,

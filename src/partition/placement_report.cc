@@ -9,9 +9,9 @@ namespace {
 
 double Imbalance(const std::vector<int64_t>& loads) {
   const int64_t total = std::accumulate(loads.begin(), loads.end(), int64_t{0});
-  if (total == 0) return 0;
+  if (total == 0) return 1;
   const double mean = static_cast<double>(total) / static_cast<double>(loads.size());
-  return static_cast<double>(*std::max_element(loads.begin(), loads.end())) / mean - 1;
+  return static_cast<double>(*std::max_element(loads.begin(), loads.end())) / mean;
 }
 
 }  // namespace
