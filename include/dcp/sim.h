@@ -112,6 +112,10 @@ std::string ClusterToJson(const ClusterSpec& cluster);
 // (e.g. "device.attention.sm_count"); text that is not JSON is InvalidArgument with the position.
 Result<ClusterSpec> ParseClusterJson(std::string_view json);
 
+// The tile side of SimReport::ideal_s: the largest block size the planner's tuning considers by
+// default (TuningOptions::block_sizes), whatever block size a plan uses.
+inline constexpr int64_t kIdealTileTokens = 4096;
+
 struct SimOptions {
   // Record a Chrome / Perfetto trace of both passes into SimReport::trace_json. Costs memory and
   // time proportional to the instructions and flows; off by default.
@@ -145,8 +149,12 @@ struct SimReport {
   // by kind, with tile or op counts) and the time blocked in CommWait, and "comm" threads with the
   // device's outgoing flows. Times in microseconds; the backward follows the forward.
   std::string trace_json;
+  // The batch's attention FLOPs spread evenly over every device at the kernel model's rate on
+  // full square tiles of kIdealTileTokens, with no communication exposed: a bound no plan beats.
+  double ideal_s = 0;
 
   double total_s() const { return forward.makespan_s + backward.makespan_s; }
+  double efficiency() const { return total_s() > 0 ? ideal_s / total_s() : 0; }
   // Max / mean over devices of their attention FLOPs, forward + backward (1 when all are equal).
   double ComputeImbalance() const;
 };

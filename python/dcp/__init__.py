@@ -142,7 +142,8 @@ def plan_baseline(strategy: str, batch: Batch, topology: Topology, *, inner_ring
 def simulate(plan: Plan, cluster: str = "p4de", *, trace: bool = False) -> dict[str, Any]:
     """Replays a whole plan on a cluster model (a preset or JSON, as for :func:`plan`).
 
-    Returns ``{"cluster", "forward", "backward", "total_s", "compute_imbalance"}``, where each
+    Returns ``{"cluster", "forward", "backward", "total_s", "ideal_s", "efficiency",
+    "compute_imbalance"}``, where each
     pass is a dict of ``makespan_s``, ``busy_s``, ``exposed_comm_s``, ``idle_s`` (summed over
     devices), ``bytes_sent_intra_node``, ``bytes_sent_inter_node``, ``attention_flops`` and
     ``flows``; with ``trace``, ``trace_json`` holds a Chrome/Perfetto trace. Raises ValueError when

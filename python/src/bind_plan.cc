@@ -330,6 +330,8 @@ programs are; hash() is the same on every rank holding the same plan. Immutable.
         d["forward"] = PassDict(r.forward);
         d["backward"] = PassDict(r.backward);
         d["total_s"] = r.total_s();
+        d["ideal_s"] = r.ideal_s;
+        d["efficiency"] = r.efficiency();
         d["compute_imbalance"] = r.ComputeImbalance();
         if (trace) d["trace_json"] = r.trace_json;
         return d;

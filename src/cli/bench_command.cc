@@ -53,6 +53,7 @@ struct Outcome {
   double bytes_inter_node = 0;  // both passes, mean
   double compute_imbalance = 0;  // max / mean attention FLOPs per device, mean
   std::string choice;  // dcp: the candidate chosen per batch; loongtrain: inner ring
+  double efficiency = 0;   // ideal time / time, mean (SimReport::efficiency)
   double own_ms = 0;       // dcp: the fastest of its own placements among the candidates, mean
   double planning_ms = 0;  // dcp: planning with tuning, mean
 };
@@ -152,6 +153,7 @@ Result<std::map<Strategy, Outcome>> RunCell(const Cell& cell, const BenchArgs& a
       o.bytes_inter_node +=
           static_cast<double>(m.forward.bytes_inter_node + m.backward.bytes_inter_node) / n;
       o.compute_imbalance += m.report.ComputeImbalance() / n;
+      o.efficiency += m.report.efficiency() / n;
       o.own_ms += 1e3 * best->own_s / n;
       o.planning_ms += best->planning_ms / n;
       if (!best->choice.empty()) o.choice += (o.choice.empty() ? "" : ", ") + best->choice;
@@ -185,22 +187,23 @@ std::string DatasetName(LengthDistribution d) {
 std::string Markdown(const std::vector<Row>& rows) {
   std::string out =
       "| dataset | scale | mask | strategy | fwd+bwd ms | fwd ms | bwd ms | inter-node GB | "
-      "compute imbalance | chosen | dcp's own best ms | planning ms | speedup of dcp |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+      "compute imbalance | efficiency | chosen | dcp's own best ms | planning ms | speedup of dcp "
+      "|\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const Row& row : rows) {
     const auto [best, speedup] = row.BestBaseline();
     for (const auto& [s, o] : row.outcomes) {
       const std::string head = fmt::format("| {} | {} | {} | {} ", DatasetName(row.cell.dataset),
                                             row.cell.scale, row.cell.mask, ToString(s));
       if (!o.supported) {
-        out += head + fmt::format("| n/a ({}) | | | | | | | | |\n", o.reason);
+        out += head + fmt::format("| n/a ({}) | | | | | | | | | |\n", o.reason);
         continue;
       }
       const double dcp_ms = row.outcomes.at(Strategy::kDcp).total_ms;
       const bool dcp = s == Strategy::kDcp;
-      out += head + fmt::format("| {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:.3f} | {} | {} | {} | {} |\n",
+      out += head + fmt::format("| {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:.3f} | {:.2f} | {} | {} | {} | {} |\n",
                                 o.total_ms, o.fwd_ms, o.bwd_ms, o.bytes_inter_node / 1e9,
-                                o.compute_imbalance, o.choice,
+                                o.compute_imbalance, o.efficiency, o.choice,
                                 dcp ? fmt::format("{:.2f}", o.own_ms) : "",
                                 dcp ? fmt::format("{:.0f}", o.planning_ms) : "",
                                 s == Strategy::kDcp
@@ -214,14 +217,14 @@ std::string Markdown(const std::vector<Row>& rows) {
 std::string Csv(const std::vector<Row>& rows) {
   std::string out =
       "dataset,scale,mask,strategy,supported,total_ms,fwd_ms,bwd_ms,bytes_inter_node,"
-      "compute_imbalance,variant,own_best_ms,planning_ms,dcp_speedup\n";
+      "compute_imbalance,efficiency,variant,own_best_ms,planning_ms,dcp_speedup\n";
   for (const Row& row : rows) {
     const double dcp_ms = row.outcomes.at(Strategy::kDcp).total_ms;
     for (const auto& [s, o] : row.outcomes) {
-      out += fmt::format("{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.0f},{:.4f},\"{}\",{:.4f},{:.1f},{:.4f}\n",
+      out += fmt::format("{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.0f},{:.4f},{:.4f},\"{}\",{:.4f},{:.1f},{:.4f}\n",
                          DatasetName(row.cell.dataset), row.cell.scale, row.cell.mask,
                          ToString(s), o.supported ? 1 : 0, o.total_ms, o.fwd_ms, o.bwd_ms,
-                         o.bytes_inter_node, o.compute_imbalance, o.choice, o.own_ms,
+                         o.bytes_inter_node, o.compute_imbalance, o.efficiency, o.choice, o.own_ms,
                          o.planning_ms,
                          o.supported && o.total_ms > 0 ? o.total_ms / dcp_ms : 0.0);
     }

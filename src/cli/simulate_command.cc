@@ -211,6 +211,8 @@ int Run(const CLI::App& cmd, const BatchArgs& batch_args, const SimulateArgs& ar
         {"fwd_ms", fwd.makespan_ms},
         {"bwd_ms", bwd.makespan_ms},
         {"total_ms", fwd.makespan_ms + bwd.makespan_ms},
+        {"ideal_ms", report.ideal_s * 1e3},
+        {"efficiency", report.efficiency()},
         {"fwd_exposed_comm_ms", fwd.exposed_ms_max},
         {"bwd_exposed_comm_ms", bwd.exposed_ms_max},
         {"bytes_inter_node", fwd.traffic.bytes_inter_node + bwd.traffic.bytes_inter_node},
@@ -250,7 +252,10 @@ int Run(const CLI::App& cmd, const BatchArgs& batch_args, const SimulateArgs& ar
                s->idle_ms_max, static_cast<double>(s->traffic.bytes_inter_node) / kMiB,
                static_cast<double>(s->traffic.bytes_intra_node) / kMiB);
   }
-  fmt::print("{:<9} {:>9.3f}\n", "total", fwd.makespan_ms + bwd.makespan_ms);
+  fmt::print("{:<9} {:>9.3f}   ideal {:.3f} ms (efficiency {:.2f}: the FLOPs on every device at "
+             "the kernel's best rate, nothing exposed)\n",
+             "total", fwd.makespan_ms + bwd.makespan_ms, report.ideal_s * 1e3,
+             report.efficiency());
   fmt::print("compute imbalance {:.3f} (max/mean attention FLOPs per device){}\n", imbalance,
              args.trace.empty() ? "" : fmt::format(", trace written to '{}'", args.trace));
   return 0;

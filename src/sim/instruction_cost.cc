@@ -240,6 +240,16 @@ Status CheckInstruction(const Plan& plan, const Program& program, size_t index) 
   return Status::Ok();
 }
 
+double IdealSeconds(int64_t forward_flops, int64_t backward_flops, int32_t devices,
+                    const DeviceSpec& device) {
+  const AttentionKernelModel& model = device.attention;
+  const double tile = SideFactor(kIdealTileTokens, model.rows_half) *
+                      SideFactor(kIdealTileTokens, model.cols_half);
+  const double rate = device.peak_flops * tile * devices;
+  return static_cast<double>(forward_flops) / (rate * model.forward_efficiency) +
+         static_cast<double>(backward_flops) / (rate * model.backward_efficiency);
+}
+
 }  // namespace dcp::sim
 
 namespace dcp {

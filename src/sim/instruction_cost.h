@@ -26,6 +26,10 @@ TileWork TouchedWork(const std::vector<Slice>& slices, int64_t rows, int64_t col
 // pair and head dimension).
 int64_t AttentionFlops(const Plan& plan, const BlockwiseAttention& call);
 
+// SimReport::ideal_s of a batch whose passes have these attention FLOPs, on `devices` devices.
+double IdealSeconds(int64_t forward_flops, int64_t backward_flops, int32_t devices,
+                    const DeviceSpec& device);
+
 // InvalidArgument when the instruction refers to a slot, block or peer that does not exist, or a
 // tile's slices could not be costed. The message starts with the instruction index.
 Status CheckInstruction(const Plan& plan, const Program& program, size_t index);

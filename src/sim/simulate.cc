@@ -456,6 +456,9 @@ Result<SimReport> SimulatePlan(const Plan& plan, const ClusterSpec& cluster,
   if (trace != nullptr) {
     report.trace_json = recorder.ToJson(plan.topology.devices(), plan.topology.devices_per_node);
   }
+  report.ideal_s = sim::IdealSeconds(report.forward.total.attention_flops,
+                                     report.backward.total.attention_flops,
+                                     plan.topology.devices(), cluster.device);
   return report;
 }
 
