@@ -53,6 +53,9 @@ struct TuningOptions {
   bool static_layouts = true;
   // At most this many of dcp's own candidates (block sizes outer, tolerances inner).
   int32_t max_candidates = 12;
+  // Candidates whose peak buffer bytes are spread worse than this (max/mean over devices) are
+  // chosen only when no candidate is spread better: memory stays balanced without a budget.
+  double max_peak_imbalance = 1.5;
 
   // InvalidArgument naming the field.
   Status Validate() const;
@@ -115,6 +118,7 @@ struct CandidateOutcome {
   bool own = true;          // dcp's own placement; false: a static layout
   double simulated_s = 0;   // forward + backward on the cluster; 0 when it was not planned
   int64_t peak_bytes = 0;   // the largest device peak of buffer bytes
+  double peak_imbalance = 0;  // max/mean of the devices' peaks
   std::string error;        // why it was not planned (or was over the memory budget), or empty
 };
 

@@ -106,6 +106,7 @@ nlohmann::json CandidatesJson(const PlannedBatch& planned) {
                    {"own", c.own},
                    {"simulated_ms", c.simulated_s * 1e3},
                    {"peak_bytes", c.peak_bytes},
+                   {"peak_imbalance", c.peak_imbalance},
                    {"error", c.error}});
   }
   return out;

@@ -9,8 +9,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <numeric>
 #include <optional>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include "dcp/baselines.h"
 #include "util/stopwatch.h"
@@ -41,9 +44,13 @@ ScheduleOptions SchedulerOptionsFor(const PlanOptions& options) {
       .inter_node_bytes_per_s = cluster.inter_node.bytes_per_s};
 }
 
-int64_t LargestPeak(const Plan& plan) {
+// The largest device peak of buffer bytes and max/mean of the peaks.
+std::pair<int64_t, double> Peaks(const Plan& plan) {
   const std::vector<int64_t> peak = PeakBufferBytesPerDevice(plan);
-  return peak.empty() ? 0 : *std::max_element(peak.begin(), peak.end());
+  if (peak.empty()) return {0, 1};
+  const int64_t largest = *std::max_element(peak.begin(), peak.end());
+  const double total = static_cast<double>(std::accumulate(peak.begin(), peak.end(), int64_t{0}));
+  return {largest, total > 0 ? static_cast<double>(largest) * static_cast<double>(peak.size()) / total : 1};
 }
 
 Status CheckMemoryBudget(const Plan& plan, int64_t budget) {
@@ -57,6 +64,9 @@ Status CheckMemoryBudget(const Plan& plan, int64_t budget) {
   }
   return Status::Ok();
 }
+
+Status ScheduleAndCompile(const Batch& batch, const PlanOptions& options, int32_t divisions,
+                          PlannedBatch* out);
 
 // One pass of the pipeline with block size (or its heuristic) and tolerances pinned.
 Result<PlannedBatch> PlanOnce(const Batch& batch, const PlanOptions& options) {
@@ -75,21 +85,44 @@ Result<PlannedBatch> PlanOnce(const Batch& batch, const PlanOptions& options) {
   out.ms.blocking = watch.Lap();
   DCP_ASSIGN_OR_RETURN(out.placed, PartitionBlocks(out.blocks, options.topology, options.partition));
   out.ms.placement = watch.Lap();
-  const ScheduleOptions scheduler = SchedulerOptionsFor(options);
+  DCP_RETURN_IF_ERROR(ScheduleAndCompile(batch, options, options.divisions, &out));
+  return out;
+}
+
+// Schedules and compiles `out`'s placement with `divisions` (0: options.division_choice picks).
+Status ScheduleAndCompile(const Batch& batch, const PlanOptions& options, int32_t divisions,
+                          PlannedBatch* out) {
+  Stopwatch watch;
+  ScheduleOptions scheduler = SchedulerOptionsFor(options);
+  scheduler.divisions = divisions;
   DCP_ASSIGN_OR_RETURN(
       Schedule schedule,
       options.division_choice == DivisionChoice::kSimulate
-          ? ScheduleBySimulation(batch, out.blocks, out.placed.placement, options.topology,
+          ? ScheduleBySimulation(batch, out->blocks, out->placed.placement, options.topology,
                                  scheduler, CostCluster(options))
-          : ScheduleDivisions(out.blocks, out.placed.placement, options.topology, scheduler));
-  out.ms.scheduling = watch.Lap();
-  DCP_ASSIGN_OR_RETURN(out.plan, CompilePlan(batch, out.blocks, out.placed.placement, schedule,
-                                             options.topology));
-  out.ms.compile = watch.Lap();
-  out.plan.origin = fmt::format("dcp {}:{}/{}:{}", out.blocks.block_size,
-                                options.partition.eps_compute, options.partition.eps_inter,
-                                out.plan.n_divisions);
-  return out;
+          : ScheduleDivisions(out->blocks, out->placed.placement, options.topology, scheduler));
+  out->ms.scheduling += watch.Lap();
+  DCP_ASSIGN_OR_RETURN(out->plan, CompilePlan(batch, out->blocks, out->placed.placement,
+                                              schedule, options.topology));
+  out->ms.compile += watch.Lap();
+  out->plan.origin = fmt::format("dcp {}:{}/{}:{}", out->blocks.block_size,
+                                 options.partition.eps_compute, options.partition.eps_inter,
+                                 out->plan.n_divisions);
+  return Status::Ok();
+}
+
+// A plan of dcp's own whose peak buffers are spread worse than the tuning allows gets more
+// divisions (each holds fewer remote blocks at once), doubling until they are spread well enough
+// or the count is at its maximum; the division count a caller pinned is kept.
+Status SpreadPeaks(const Batch& batch, const PlanOptions& options, PlannedBatch* out) {
+  if (options.divisions != 0) return Status::Ok();
+  while (Peaks(out->plan).second > options.tuning.max_peak_imbalance &&
+         out->plan.n_divisions < kMaxDivisions) {
+    DCP_RETURN_IF_ERROR(
+        ScheduleAndCompile(batch, options, std::min(2 * out->plan.n_divisions, kMaxDivisions),
+                           out));
+  }
+  return Status::Ok();
 }
 
 // A static layout's plan, with its placement priced like dcp's.
@@ -188,9 +221,12 @@ Tried Try(const Batch& batch, const Candidate& candidate, const PlanOptions& opt
   Result<PlannedBatch> planned =
       candidate.own ? PlanOnce(batch, *candidate.own)
                     : PlanStatic(batch, candidate.strategy, candidate.inner_ring, options);
+  if (planned.ok() && candidate.own) {
+    if (Status s = SpreadPeaks(batch, *candidate.own, &*planned); !s.ok()) planned = s;
+  }
   if (planned.ok()) {
     t.outcome.name = planned->plan.origin;
-    t.outcome.peak_bytes = LargestPeak(planned->plan);
+    std::tie(t.outcome.peak_bytes, t.outcome.peak_imbalance) = Peaks(planned->plan);
     Status budget = CheckMemoryBudget(planned->plan, options.memory_budget_bytes);
     if (!budget.ok()) {
       t.over_budget = true;
@@ -247,14 +283,16 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
   for (std::thread& t : pool) t.join();
   const double tuning_ms = watch.Lap();
 
+  // Memory-balanced candidates first, then the fastest.
+  const auto key = [&](size_t i) {
+    const CandidateOutcome& o = tried[i].outcome;
+    return std::make_pair(o.peak_imbalance > options.tuning.max_peak_imbalance, o.simulated_s);
+  };
   std::optional<size_t> best, best_own;
   for (size_t i = 0; i < tried.size(); ++i) {
     if (!tried[i].planned->ok()) continue;
-    const double s = tried[i].outcome.simulated_s;
-    if (!best || s < tried[*best].outcome.simulated_s) best = i;
-    if (tried[i].outcome.own && (!best_own || s < tried[*best_own].outcome.simulated_s)) {
-      best_own = i;
-    }
+    if (!best || key(i) < key(*best)) best = i;
+    if (tried[i].outcome.own && (!best_own || key(i) < key(*best_own))) best_own = i;
   }
   if (!best) return NoCandidate(tried, options);
   PlannedBatch chosen = std::move(*tried[*best].planned).value();
@@ -279,6 +317,10 @@ Status TuningOptions::Validate() const {
     p.eps_compute = eps.compute;
     p.eps_inter = eps.inter;
     DCP_RETURN_IF_ERROR(p.Validate().WithContext("PlanOptions.tuning.tolerances"));
+  }
+  if (!(max_peak_imbalance >= 1)) {
+    return Status::InvalidArgument(fmt::format(
+        "PlanOptions.tuning.max_peak_imbalance {} must be >= 1 (max/mean)", max_peak_imbalance));
   }
   if (max_candidates < 1 || max_candidates > kMaxCandidates) {
     return Status::InvalidArgument(fmt::format(

@@ -4,6 +4,8 @@
 // enforced.
 #include <gtest/gtest.h>
 
+#include <numeric>
+
 #include "dcp/baselines.h"
 #include "dcp/planner.h"
 
@@ -95,6 +97,7 @@ TEST(PlanBatch, TuningKeepsTheFastestCandidateWhateverTheThreads) {
   PlanOptions options = On2x4([](PlanOptions& o) {
     o.tuning.block_sizes = {256, 512, 1024};
     o.tuning.tolerances = {{0.1, 0.4}, {0.05, 0.05}};
+    o.tuning.max_peak_imbalance = 1e9;  // time alone decides (memory: the test below)
   });
   std::vector<std::pair<std::string, double>> expected;  // in candidate order
   for (int64_t b : options.tuning.block_sizes) {
@@ -140,6 +143,34 @@ TEST(PlanBatch, TuningKeepsTheFastestCandidateWhateverTheThreads) {
   EXPECT_EQ(single->candidates[*single->best_own].name, fastest_own->first);
   EXPECT_EQ(single->plan, threaded->plan);
   EXPECT_EQ(single->candidates.size(), threaded->candidates.size());
+}
+
+// Memory stays balanced without a budget: a candidate of dcp's own whose device peaks are spread
+// worse than the bound gets more divisions (up to the maximum), and the chosen plan is within the
+// bound whenever some candidate is.
+TEST(PlanBatch, TuningKeepsPeakMemoryBalanced) {
+  const Batch batch = TestBatch();
+  for (double bound : {1.5, 1.2}) {
+    auto planned = PlanBatch(batch, On2x4([&](PlanOptions& o) {
+                               o.tuning.max_peak_imbalance = bound;
+                             }));
+    ASSERT_TRUE(planned.ok()) << planned.status().ToString();
+    bool any_within = false;
+    for (const CandidateOutcome& c : planned->candidates) {
+      if (!c.error.empty()) continue;
+      any_within = any_within || c.peak_imbalance <= bound;
+      if (c.own && c.peak_imbalance > bound) {
+        EXPECT_NE(c.name.find(fmt::format(":{}", kMaxDivisions)), std::string::npos) << c.name;
+      }
+    }
+    const std::vector<int64_t> peak = PeakBufferBytesPerDevice(planned->plan);
+    const double mean = static_cast<double>(std::accumulate(peak.begin(), peak.end(), int64_t{0})) /
+                        static_cast<double>(peak.size());
+    const double imbalance = static_cast<double>(*std::max_element(peak.begin(), peak.end())) / mean;
+    if (any_within) {
+      EXPECT_LE(imbalance, bound) << bound;
+    }
+  }
 }
 
 // With default options the plan is at least as fast as every static layout on the cluster model.
