@@ -24,6 +24,8 @@ def test_simulate_reports_positive_times(plan):
     assert report["total_s"] == pytest.approx(
         report["forward"]["makespan_s"] + report["backward"]["makespan_s"])
     assert report["compute_imbalance"] >= 1
+    assert 0 < report["ideal_s"] < report["total_s"]
+    assert report["efficiency"] == pytest.approx(report["ideal_s"] / report["total_s"])
     assert "trace_json" not in report
 
 

@@ -4,11 +4,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <optional>
 #include <set>
 
@@ -201,6 +201,14 @@ int Run(const CLI::App& cmd, const BatchArgs& batch_args, const SimulateArgs& ar
   const PassSummary fwd = Summarize(report.forward, plan, Pass::kForward);
   const PassSummary bwd = Summarize(report.backward, plan, Pass::kBackward);
   const double imbalance = report.ComputeImbalance();
+  const std::vector<int64_t> peak = PeakBufferBytesPerDevice(plan);
+  const int64_t peak_max = peak.empty() ? 0 : *std::max_element(peak.begin(), peak.end());
+  const int64_t peak_min = peak.empty() ? 0 : *std::min_element(peak.begin(), peak.end());
+  const double peak_total =
+      static_cast<double>(std::accumulate(peak.begin(), peak.end(), int64_t{0}));
+  const double peak_imbalance =
+      peak_total > 0 ? static_cast<double>(peak_max) * static_cast<double>(peak.size()) / peak_total
+                     : 1;
   const std::string strategy_name(ToString(*strategy));
   if (args.json) {
     nlohmann::json j = {
@@ -218,6 +226,8 @@ int Run(const CLI::App& cmd, const BatchArgs& batch_args, const SimulateArgs& ar
         {"bytes_inter_node", fwd.traffic.bytes_inter_node + bwd.traffic.bytes_inter_node},
         {"bytes_intra_node", fwd.traffic.bytes_intra_node + bwd.traffic.bytes_intra_node},
         {"compute_imbalance", imbalance},
+        {"peak_buffer_bytes", peak},
+        {"peak_imbalance", peak_imbalance},
         {"planning_ms", simulated->planning_ms ? nlohmann::json(*simulated->planning_ms)
                                                : nlohmann::json(nullptr)},
         {"simulation_ms", simulated->simulation_ms},
@@ -256,7 +266,10 @@ int Run(const CLI::App& cmd, const BatchArgs& batch_args, const SimulateArgs& ar
              "the kernel's best rate, nothing exposed)\n",
              "total", fwd.makespan_ms + bwd.makespan_ms, report.ideal_s * 1e3,
              report.efficiency());
-  fmt::print("compute imbalance {:.3f} (max/mean attention FLOPs per device){}\n", imbalance,
+  fmt::print("compute imbalance {:.3f} (max/mean attention FLOPs per device); peak buffers per "
+             "device {:.1f}-{:.1f} MiB (max/mean {:.2f}){}\n",
+             imbalance, static_cast<double>(peak_min) / kMiB, static_cast<double>(peak_max) / kMiB,
+             peak_imbalance,
              args.trace.empty() ? "" : fmt::format(", trace written to '{}'", args.trace));
   return 0;
 }
