@@ -178,6 +178,44 @@ Result<Schedule> ScheduleBySimulation(const Batch& batch, const BlockSet& blocks
                                       const Placement& placement, const Topology& topology,
                                       const ScheduleOptions& options, const ClusterSpec& cluster);
 
+// ---------------------------------------------------------------------------------------------
+// End-to-end estimate: the rest of a transformer layer around the simulated attention.
+
+// A decoder-only transformer with grouped-query attention and a SwiGLU MLP.
+struct ModelSpec {
+  std::string name;
+  int64_t layers = 32;
+  int64_t hidden = 4096;
+  int64_t heads = 32;     // query heads; head_dim = hidden / heads
+  int64_t kv_heads = 8;
+  int64_t ffn = 14336;    // MLP inner size
+  // Fraction of DeviceSpec::peak_flops the layer's GEMMs reach.
+  double linear_efficiency = 0.75;
+
+  // Linear parameters per layer: Q and O (hidden^2 each), K and V (hidden x kv_heads x head_dim
+  // each), the MLP's three matrices (hidden x ffn each).
+  int64_t LinearParameters() const;
+  Status Validate() const;
+};
+
+// "llama3-8b" (32 layers, hidden 4096, 32 heads, 8 KV heads, ffn 14336), or
+// "layers=L,hidden=H,heads=A,kv_heads=K,ffn=F". NotFound for another name, InvalidArgument for a
+// bad spec.
+Result<ModelSpec> ParseModelSpec(std::string_view text);
+
+struct EndToEndEstimate {
+  double attention_s = 0;  // every layer's simulated attention, forward + backward
+  double linear_s = 0;     // every layer's linear layers on the device with the most tokens
+  double total_s = 0;
+};
+
+// One training step of `model` on the plan's batch: per layer, the simulated attention (the plan
+// must have the model's attention shape) plus the linear layers, which no device can start before
+// the slowest finishes, so they cost what the device holding the most tokens needs (forward 2,
+// backward 4 FLOPs per parameter and token). Embeddings, norms and the loss are left out.
+EndToEndEstimate EstimateEndToEnd(const Plan& plan, const SimReport& report,
+                                  const ModelSpec& model, const DeviceSpec& device);
+
 // Seconds one instruction occupies a compute stream of `device`: the kernel model above for
 // attention, the memory-bound model for reductions and copies, 0 for CommLaunch and CommWait.
 // REQUIRES: the instruction's slots exist in `program` and its compute blocks and their data blocks

@@ -25,6 +25,7 @@ struct SimulateArgs {
   PlannerArgs planner;  // its --cluster is also the cluster simulated
   std::string plan_file;
   std::string strategy = "dcp";
+  std::string model;  // --model: adds the rest of each layer (an end-to-end estimate)
   std::string trace;
   bool json = false;
 };
@@ -158,7 +159,7 @@ nlohmann::json ToJson(const PassSummary& s) {
 
 // The options that describe a batch to plan; none of them may come with --plan.
 Status CheckPlanFileAlone(const CLI::App& cmd, const SimulateArgs& args) {
-  static const std::set<std::string> kAllowed = {"--plan", "--cluster", "--trace", "--json",
+  static const std::set<std::string> kAllowed = {"--plan", "--cluster", "--trace", "--json", "--model",
                                                  "--help"};
   for (const CLI::Option* option : cmd.get_options()) {
     if (option->count() == 0 || kAllowed.count(option->get_name()) > 0) continue;
@@ -170,9 +171,19 @@ Status CheckPlanFileAlone(const CLI::App& cmd, const SimulateArgs& args) {
   return Status::Ok();
 }
 
-int Run(const CLI::App& cmd, const BatchArgs& batch_args, const SimulateArgs& args) {
+int Run(const CLI::App& cmd, BatchArgs batch_args, const SimulateArgs& args) {
   Result<ClusterSpec> cluster = LoadCluster(args.planner.cluster);
   if (!cluster.ok()) return ReportError(cluster.status());
+  std::optional<ModelSpec> model;
+  if (!args.model.empty()) {
+    Result<ModelSpec> parsed = ParseModelSpec(args.model);
+    if (!parsed.ok()) return ReportError(parsed.status().WithContext("--model"));
+    model = *parsed;
+    // The batch's attention is the model's.
+    batch_args.heads = model->heads;
+    batch_args.kv_heads = model->kv_heads;
+    batch_args.head_dim = model->hidden / model->heads;
+  }
   Result<Strategy> strategy = ParseStrategy(args.strategy);
   if (!strategy.ok()) return ReportError(strategy.status().WithContext("--strategy"));
 
@@ -191,6 +202,17 @@ int Run(const CLI::App& cmd, const BatchArgs& batch_args, const SimulateArgs& ar
   if (!simulated.ok()) return ReportError(simulated.status());
   const Plan& plan = simulated->plan;
   const SimReport& report = simulated->report;
+  std::optional<EndToEndEstimate> e2e;
+  if (model) {
+    if (plan.shape.heads != model->heads || plan.shape.kv_heads != model->kv_heads ||
+        plan.shape.head_dim != model->hidden / model->heads) {
+      return ReportError(Status::InvalidArgument(fmt::format(
+          "--model {}: the plan's attention ({} heads, {} KV heads, head dim {}) is not the "
+          "model's",
+          model->name, plan.shape.heads, plan.shape.kv_heads, plan.shape.head_dim)));
+    }
+    e2e = EstimateEndToEnd(plan, report, *model, cluster->device);
+  }
 
   if (!args.trace.empty()) {
     std::ofstream out(args.trace, std::ios::binary);
@@ -241,6 +263,13 @@ int Run(const CLI::App& cmd, const BatchArgs& batch_args, const SimulateArgs& ar
     }
     if (simulated->padded_tokens) j["padded_tokens"] = *simulated->padded_tokens;
     if (!simulated->candidates.is_null()) j["candidates"] = simulated->candidates;
+    if (e2e) {
+      j["model"] = {{"name", model->name},
+                    {"layers", model->layers},
+                    {"attention_ms", e2e->attention_s * 1e3},
+                    {"linear_ms", e2e->linear_s * 1e3},
+                    {"total_ms", e2e->total_s * 1e3}};
+    }
     if (!args.trace.empty()) j["trace"] = args.trace;
     fmt::print("{}\n", j.dump(2));
     return 0;
@@ -266,6 +295,12 @@ int Run(const CLI::App& cmd, const BatchArgs& batch_args, const SimulateArgs& ar
              "the kernel's best rate, nothing exposed)\n",
              "total", fwd.makespan_ms + bwd.makespan_ms, report.ideal_s * 1e3,
              report.efficiency());
+  if (e2e) {
+    fmt::print("end to end ({}, {} layers): {:.1f} ms per step = attention {:.1f} + linear layers "
+               "{:.1f} (the device with the most tokens)\n",
+               model->name, model->layers, e2e->total_s * 1e3, e2e->attention_s * 1e3,
+               e2e->linear_s * 1e3);
+  }
   fmt::print("compute imbalance {:.3f} (max/mean attention FLOPs per device); peak buffers per "
              "device {:.1f}-{:.1f} MiB (max/mean {:.2f}){}\n",
              imbalance, static_cast<double>(peak_min) / kMiB, static_cast<double>(peak_max) / kMiB,
@@ -288,6 +323,9 @@ CommandRunner AddSimulateCommand(CLI::App& app) {
                   "Simulate this plan file (written by `dcp plan -o`) instead of planning");
   cmd->add_option("--strategy", args->strategy, "dcp | ring | zigzag | ulysses | te | loongtrain")
       ->capture_default_str();
+  cmd->add_option("--model", args->model,
+                  "Add the rest of each transformer layer: llama3-8b or "
+                  "layers=L,hidden=H,heads=A,kv_heads=K,ffn=F (sets the attention shape)");
   cmd->add_option("--trace", args->trace, "Write a Chrome/Perfetto trace of both passes here");
   cmd->add_flag("--json", args->json, "Print one JSON object");
   return [cmd, batch_args, args]() -> int {
