@@ -53,9 +53,11 @@ struct TuningOptions {
   bool static_layouts = true;
   // At most this many of dcp's own candidates (block sizes outer, tolerances inner).
   int32_t max_candidates = 12;
-  // Candidates whose peak buffer bytes are spread worse than this (max/mean over devices) are
-  // chosen only when no candidate is spread better: memory stays balanced without a budget.
+  // Memory balance without a budget: the fastest candidate whose peak buffer bytes are spread
+  // within max_peak_imbalance (max/mean over devices) is chosen over a faster one spread worse,
+  // when it is at most `balance_slack` slower (0.1: 10%); beyond that, speed wins.
   double max_peak_imbalance = 1.5;
+  double balance_slack = 0.1;
 
   // InvalidArgument naming the field.
   Status Validate() const;

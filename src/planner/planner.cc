@@ -263,6 +263,27 @@ Status NoCandidate(const std::vector<Tried>& tried, const PlanOptions& options) 
       fmt::format("candidate {}", tried.front().outcome.name));
 }
 
+// The fastest planned candidate, or the fastest of those whose peaks are spread within the bound
+// when it is within the slack of the fastest; ties go to the earlier candidate.
+std::optional<size_t> Choose(const std::vector<Tried>& tried, const TuningOptions& tuning,
+                             bool own_only) {
+  std::optional<size_t> fastest, balanced;
+  for (size_t i = 0; i < tried.size(); ++i) {
+    const CandidateOutcome& o = tried[i].outcome;
+    if (!tried[i].planned->ok() || (own_only && !o.own)) continue;
+    if (!fastest || o.simulated_s < tried[*fastest].outcome.simulated_s) fastest = i;
+    if (o.peak_imbalance <= tuning.max_peak_imbalance &&
+        (!balanced || o.simulated_s < tried[*balanced].outcome.simulated_s)) {
+      balanced = i;
+    }
+  }
+  if (balanced && tried[*balanced].outcome.simulated_s <=
+                      tried[*fastest].outcome.simulated_s * (1 + tuning.balance_slack)) {
+    return balanced;
+  }
+  return fastest;
+}
+
 // Plans every candidate on `threads` threads and keeps the fastest on the cluster model.
 // Candidates are independent and the winner is chosen in candidate order, so the result does
 // not depend on the thread count.
@@ -283,17 +304,8 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
   for (std::thread& t : pool) t.join();
   const double tuning_ms = watch.Lap();
 
-  // Memory-balanced candidates first, then the fastest.
-  const auto key = [&](size_t i) {
-    const CandidateOutcome& o = tried[i].outcome;
-    return std::make_pair(o.peak_imbalance > options.tuning.max_peak_imbalance, o.simulated_s);
-  };
-  std::optional<size_t> best, best_own;
-  for (size_t i = 0; i < tried.size(); ++i) {
-    if (!tried[i].planned->ok()) continue;
-    if (!best || key(i) < key(*best)) best = i;
-    if (tried[i].outcome.own && (!best_own || key(i) < key(*best_own))) best_own = i;
-  }
+  const std::optional<size_t> best = Choose(tried, options.tuning, /*own_only=*/false);
+  const std::optional<size_t> best_own = Choose(tried, options.tuning, /*own_only=*/true);
   if (!best) return NoCandidate(tried, options);
   PlannedBatch chosen = std::move(*tried[*best].planned).value();
   chosen.simulated_s = tried[*best].outcome.simulated_s;
@@ -317,6 +329,10 @@ Status TuningOptions::Validate() const {
     p.eps_compute = eps.compute;
     p.eps_inter = eps.inter;
     DCP_RETURN_IF_ERROR(p.Validate().WithContext("PlanOptions.tuning.tolerances"));
+  }
+  if (!(balance_slack >= 0)) {
+    return Status::InvalidArgument(
+        fmt::format("PlanOptions.tuning.balance_slack {} must be >= 0", balance_slack));
   }
   if (!(max_peak_imbalance >= 1)) {
     return Status::InvalidArgument(fmt::format(
