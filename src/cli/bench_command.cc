@@ -232,11 +232,14 @@ std::string Csv(const std::vector<Row>& rows) {
   return out;
 }
 
-// Bars of every baseline's time relative to dcp's (dcp = 1), one panel per dataset and mask, one
-// bar group per scale, as in the paper's micro-benchmark figure.
-std::string Svg(const std::vector<Row>& rows) {
+// Bars of every strategy's time relative to dcp's (dcp = 1), one panel per dataset and mask with
+// its own vertical scale (the causal panels sit near 1, the sparse ones far above), one bar group
+// per length scale, as in the paper's micro-benchmark figure. The legend lists only strategies
+// drawn somewhere; the caption names the setting.
+std::string Svg(const std::vector<Row>& rows, const BenchArgs& args) {
   std::vector<std::pair<LengthDistribution, std::string>> panels;
   std::vector<double> scales;
+  std::vector<Strategy> drawn;
   for (const Row& r : rows) {
     if (std::find(panels.begin(), panels.end(), std::pair{r.cell.dataset, r.cell.mask}) ==
         panels.end()) {
@@ -245,61 +248,85 @@ std::string Svg(const std::vector<Row>& rows) {
     if (std::find(scales.begin(), scales.end(), r.cell.scale) == scales.end()) {
       scales.push_back(r.cell.scale);
     }
-  }
-  double top = 1;
-  for (const Row& r : rows) {
     for (const auto& [s, o] : r.outcomes) {
-      if (o.supported) top = std::max(top, o.total_ms / r.outcomes.at(Strategy::kDcp).total_ms);
+      if (o.supported && std::find(drawn.begin(), drawn.end(), s) == drawn.end()) {
+        drawn.push_back(s);
+      }
     }
   }
-  top = std::ceil(top);
+  std::sort(drawn.begin(), drawn.end());
   const char* colors[] = {"#d62728", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b"};
-  const int panel_w = 300, panel_h = 200, columns = 4, margin = 40;
+  const int panel_w = 300, panel_h = 200, margin = 60;
   const int n_panels = static_cast<int>(panels.size());
+  const int columns = std::min(4, std::max(1, n_panels));
   const int width = columns * (panel_w + margin) + margin;
-  const int height = ((n_panels + columns - 1) / columns) * (panel_h + 2 * margin) + 2 * margin;
+  const int rows_of_panels = (n_panels + columns - 1) / columns;
+  const int height = rows_of_panels * (panel_h + 2 * margin) + 3 * margin;
   std::string svg = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
       "font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" "
       "fill=\"white\"/>\n",
       width, height);
-  for (size_t k = 0; k < std::size(kStrategies); ++k) {  // legend
+  svg += fmt::format(
+      "<text x=\"{}\" y=\"18\" font-size=\"13\">Simulated attention time (forward + backward) "
+      "of each strategy relative to dcp's default plan; {} tokens per batch, {} batch(es) per "
+      "cell, topology {}, cluster {}</text>\n",
+      margin, args.tokens, args.batches, args.topology, args.cluster);
+  for (size_t k = 0; k < drawn.size(); ++k) {  // legend
     svg += fmt::format(
-        "<rect x=\"{}\" y=\"10\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{}\" "
-        "y=\"19\">{}</text>\n",
-        margin + 110 * k, colors[k], margin + 110 * k + 14, ToString(kStrategies[k]));
+        "<rect x=\"{}\" y=\"30\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{}\" "
+        "y=\"39\">{}</text>\n",
+        margin + 110 * k, colors[static_cast<int>(drawn[k])], margin + 110 * k + 14,
+        ToString(drawn[k]));
   }
   for (int p = 0; p < n_panels; ++p) {
     const int x0 = margin + (p % columns) * (panel_w + margin);
-    const int y0 = 2 * margin + (p / columns) * (panel_h + 2 * margin);
+    const int y0 = 3 * margin + (p / columns) * (panel_h + 2 * margin);
+    double top = 1;  // this panel's scale: its tallest bar, rounded up
+    for (const Row& r : rows) {
+      if (std::pair{r.cell.dataset, r.cell.mask} != panels[p]) continue;
+      for (const auto& [s, o] : r.outcomes) {
+        if (o.supported) top = std::max(top, o.total_ms / r.outcomes.at(Strategy::kDcp).total_ms);
+      }
+    }
+    top = top <= 2 ? std::ceil(top * 4) / 4 : std::ceil(top);
     svg += fmt::format(
-        "<text x=\"{}\" y=\"{}\">{} {} (time / dcp time)</text>\n<line x1=\"{}\" y1=\"{}\" "
+        "<text x=\"{}\" y=\"{}\" font-weight=\"bold\">{} {}</text>\n<line x1=\"{}\" "
+        "y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/><line x1=\"{}\" y1=\"{}\" "
         "x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n",
-        x0, y0 - 6, DatasetName(panels[p].first), panels[p].second, x0, y0 + panel_h,
-        x0 + panel_w, y0 + panel_h);
+        x0, y0 - 8, DatasetName(panels[p].first), panels[p].second, x0, y0 + panel_h,
+        x0 + panel_w, y0 + panel_h, x0, y0, x0, y0 + panel_h);
+    for (double tick : {0.0, 0.5, 1.0}) {  // y axis: 0, half the scale, the scale
+      const double y = y0 + panel_h - panel_h * tick;
+      svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:g}</text>\n",
+                         x0 - 4, y + 4, top * tick);
+    }
     const double one = y0 + panel_h - panel_h / top;
     svg += fmt::format(
         "<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"gray\" "
-        "stroke-dasharray=\"3\"/><text x=\"{}\" y=\"{:.1f}\">1</text><text x=\"{}\" "
-        "y=\"{}\">{}</text>\n",
-        x0, one, x0 + panel_w, one, x0 - 12, one + 4, x0 - 20, y0 + 8, top);
+        "stroke-dasharray=\"3\"/>\n<text x=\"{}\" y=\"{}\" transform=\"rotate(-90 {} {})\" "
+        "text-anchor=\"middle\">time / dcp's time</text>\n<text x=\"{}\" y=\"{}\" "
+        "text-anchor=\"middle\">length scale</text>\n",
+        x0, one, x0 + panel_w, one, x0 - 36, y0 + panel_h / 2, x0 - 36, y0 + panel_h / 2,
+        x0 + panel_w / 2, y0 + panel_h + 30);
     const double group_w = static_cast<double>(panel_w) / static_cast<double>(scales.size());
-    const double bar_w = group_w / (std::size(kStrategies) + 1);
+    const double bar_w = group_w / (static_cast<double>(drawn.size()) + 1);
     for (const Row& r : rows) {
       if (std::pair{r.cell.dataset, r.cell.mask} != panels[p]) continue;
       const auto g = std::find(scales.begin(), scales.end(), r.cell.scale) - scales.begin();
       const double gx = x0 + static_cast<double>(g) * group_w;
-      svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\">x{}</text>\n", gx + group_w / 3,
-                         y0 + panel_h + 14, r.cell.scale);
-      for (size_t k = 0; k < std::size(kStrategies); ++k) {
-        const Outcome& o = r.outcomes.at(kStrategies[k]);
+      svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">x{}</text>\n",
+                         gx + group_w / 2, y0 + panel_h + 14, r.cell.scale);
+      for (size_t k = 0; k < drawn.size(); ++k) {
+        const Outcome& o = r.outcomes.at(drawn[k]);
         if (!o.supported) continue;
         const double ratio = o.total_ms / r.outcomes.at(Strategy::kDcp).total_ms;
         const double h = panel_h * ratio / top;
         svg += fmt::format(
-            "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"/>\n",
+            "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" "
+            "fill=\"{}\"><title>{} {:.2f}x</title></rect>\n",
             gx + bar_w * (static_cast<double>(k) + 0.5), y0 + panel_h - h, bar_w * 0.9, h,
-            colors[k]);
+            colors[static_cast<int>(drawn[k])], ToString(drawn[k]), ratio);
       }
     }
   }
@@ -376,7 +403,7 @@ Status RunBench(const BenchArgs& args) {
   const std::string table = Markdown(rows);
   DCP_RETURN_IF_ERROR(WriteTextFile((dir / "bench.md").string(), table));
   DCP_RETURN_IF_ERROR(WriteTextFile((dir / "bench.csv").string(), Csv(rows)));
-  DCP_RETURN_IF_ERROR(WriteTextFile((dir / "bench.svg").string(), Svg(rows)));
+  DCP_RETURN_IF_ERROR(WriteTextFile((dir / "bench.svg").string(), Svg(rows, args)));
   fmt::print("{} tokens per batch, {} batches per cell, topology {}, cluster {}\n\n{}\n",
              args.tokens, args.batches, topology.ToString(), cluster.name, table);
   fmt::print("wrote {}/bench.md, bench.csv, bench.svg\n", dir.string());
