@@ -41,7 +41,8 @@ enum class DivisionChoice : uint8_t {
 // pair is one candidate placement of dcp's own; with `static_layouts`, the static layouts of
 // include/dcp/baselines.h (ring, zigzag, TransformerEngine, LoongTrain at each inner ring) are
 // candidates too. Every candidate is planned and simulated on PlanOptions::cluster and the
-// fastest wins (ties: the earlier in candidate order). The work is bounded by these lists, never
+// fastest wins (ties: the earlier in candidate order; memory balance and the winner's division
+// search: docs/planner.md). The work is bounded by these lists, never
 // by the clock, so the same inputs give the same plan on every machine and thread count.
 struct TuningOptions {
   // Tried when PlanOptions::block_size is 0. Sizes that cut the batch into fewer blocks than

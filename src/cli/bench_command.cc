@@ -36,6 +36,7 @@ struct BenchArgs {
   int64_t tokens = 131072;
   int32_t batches = 3;
   uint64_t first_seed = 0;  // batch b of a cell has seed first_seed + b
+  std::string model;        // --model: the attention shape and an end-to-end column
 };
 
 struct Cell {
@@ -56,17 +57,20 @@ struct Outcome {
   double efficiency = 0;   // ideal time / time, mean (SimReport::efficiency)
   double own_ms = 0;       // dcp: the fastest of its own placements among the candidates, mean
   double planning_ms = 0;  // dcp: planning with tuning, mean
+  double e2e_ms = 0;       // with --model: the step estimate (EstimateEndToEnd), mean
 };
 
 struct Measured {
   SimReport report;
   PlanTraffic forward, backward;
+  double e2e_s = 0;  // with a model
 };
 
-Result<Measured> Simulate(const Plan& plan, const ClusterSpec& cluster) {
+Result<Measured> Simulate(const Plan& plan, const ClusterSpec& cluster, const ModelSpec* model) {
   DCP_ASSIGN_OR_RETURN(SimReport report, SimulatePlan(plan, cluster));
+  const double e2e = model ? EstimateEndToEnd(plan, report, *model, cluster.device).total_s : 0;
   return Measured{std::move(report), MeasureTraffic(plan, Pass::kForward),
-                  MeasureTraffic(plan, Pass::kBackward)};
+                  MeasureTraffic(plan, Pass::kBackward), e2e};
 }
 
 // The fastest of a strategy's variants on one batch (loongtrain: inner rings); dcp: its default
@@ -79,9 +83,10 @@ struct Best {
   double planning_ms = 0;  // dcp
 };
 
-Status Consider(Best& best, Result<Plan> plan, const ClusterSpec& cluster, std::string choice) {
+Status Consider(Best& best, Result<Plan> plan, const ClusterSpec& cluster, const ModelSpec* model,
+                std::string choice) {
   if (!plan.ok()) return plan.status();
-  DCP_ASSIGN_OR_RETURN(Measured m, Simulate(*plan, cluster));
+  DCP_ASSIGN_OR_RETURN(Measured m, Simulate(*plan, cluster, model));
   if (!best.found || m.report.total_s() < best.measured.report.total_s()) {
     best = Best{std::move(m), std::move(choice), true};
   }
@@ -89,7 +94,7 @@ Status Consider(Best& best, Result<Plan> plan, const ClusterSpec& cluster, std::
 }
 
 Result<Best> RunStrategy(Strategy strategy, const Batch& batch, const Topology& topology,
-                         const ClusterSpec& cluster) {
+                         const ClusterSpec& cluster, const ModelSpec* model) {
   Best best;
   if (strategy == Strategy::kDcp) {
     // What `dcp plan` gives with default options: the planner tunes on the cluster.
@@ -99,7 +104,7 @@ Result<Best> RunStrategy(Strategy strategy, const Batch& batch, const Topology& 
         .threads = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()))};
     DCP_ASSIGN_OR_RETURN(PlannedBatch planned, PlanBatch(batch, options));
     std::string origin = planned.plan.origin;
-    DCP_RETURN_IF_ERROR(Consider(best, std::move(planned.plan), cluster, std::move(origin)));
+    DCP_RETURN_IF_ERROR(Consider(best, std::move(planned.plan), cluster, model, std::move(origin)));
     best.planning_ms = planned.ms.total();
     if (planned.best_own) best.own_s = planned.candidates[*planned.best_own].simulated_s;
     return best;
@@ -109,19 +114,20 @@ Result<Best> RunStrategy(Strategy strategy, const Batch& batch, const Topology& 
       auto planned = PlanBaseline(strategy, batch, {.topology = topology, .inner_ring = inner});
       if (!planned.ok()) return planned.status();
       DCP_RETURN_IF_ERROR(
-          Consider(best, std::move(planned->plan), cluster, fmt::format("{}", inner)));
+          Consider(best, std::move(planned->plan), cluster, model, fmt::format("{}", inner)));
     }
     return best;
   }
   DCP_ASSIGN_OR_RETURN(BaselinePlan planned,
                        PlanBaseline(strategy, batch, {.topology = topology}));
-  DCP_RETURN_IF_ERROR(Consider(best, std::move(planned.plan), cluster, ""));
+  DCP_RETURN_IF_ERROR(Consider(best, std::move(planned.plan), cluster, model, ""));
   return best;
 }
 
 // Runs every strategy on the cell's batches.
 Result<std::map<Strategy, Outcome>> RunCell(const Cell& cell, const BenchArgs& args,
                                             const Topology& topology, const ClusterSpec& cluster,
+                                            const ModelSpec* model,
                                             const std::function<void()>& tick) {
   std::map<Strategy, Outcome> outcomes;
   for (int32_t b = 0; b < args.batches; ++b) {
@@ -132,10 +138,16 @@ Result<std::map<Strategy, Outcome>> RunCell(const Cell& cell, const BenchArgs& a
                         .seed = args.first_seed + static_cast<uint64_t>(b)},
                        args.tokens));
     DCP_ASSIGN_OR_RETURN(MaskSpec mask, MaskSpec::Parse(cell.mask));
-    DCP_ASSIGN_OR_RETURN(Batch batch, Batch::Create(lengths, {mask}, AttentionShape{}));
+    AttentionShape shape;
+    if (model) {
+      shape.heads = model->heads;
+      shape.kv_heads = model->kv_heads;
+      shape.head_dim = model->hidden / model->heads;
+    }
+    DCP_ASSIGN_OR_RETURN(Batch batch, Batch::Create(lengths, {mask}, shape));
     for (Strategy strategy : kStrategies) {
       Outcome& o = outcomes[strategy];
-      Result<Best> best = RunStrategy(strategy, batch, topology, cluster);
+      Result<Best> best = RunStrategy(strategy, batch, topology, cluster, model);
       tick();
       if (!best.ok() && best.status().code() == StatusCode::kUnsupported) {
         o.supported = false;
@@ -156,6 +168,7 @@ Result<std::map<Strategy, Outcome>> RunCell(const Cell& cell, const BenchArgs& a
       o.efficiency += m.report.efficiency() / n;
       o.own_ms += 1e3 * best->own_s / n;
       o.planning_ms += best->planning_ms / n;
+      o.e2e_ms += 1e3 * m.e2e_s / n;
       if (!best->choice.empty()) o.choice += (o.choice.empty() ? "" : ", ") + best->choice;
     }
   }
@@ -187,25 +200,26 @@ std::string DatasetName(LengthDistribution d) {
 std::string Markdown(const std::vector<Row>& rows) {
   std::string out =
       "| dataset | scale | mask | strategy | fwd+bwd ms | fwd ms | bwd ms | inter-node GB | "
-      "compute imbalance | efficiency | chosen | dcp's own best ms | planning ms | speedup of dcp "
-      "|\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+      "compute imbalance | efficiency | chosen | dcp's own best ms | planning ms | step ms "
+      "(--model) | speedup of dcp |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const Row& row : rows) {
     const auto [best, speedup] = row.BestBaseline();
     for (const auto& [s, o] : row.outcomes) {
       const std::string head = fmt::format("| {} | {} | {} | {} ", DatasetName(row.cell.dataset),
                                             row.cell.scale, row.cell.mask, ToString(s));
       if (!o.supported) {
-        out += head + fmt::format("| n/a ({}) | | | | | | | | | |\n", o.reason);
+        out += head + fmt::format("| n/a ({}) | | | | | | | | | | |\n", o.reason);
         continue;
       }
       const double dcp_ms = row.outcomes.at(Strategy::kDcp).total_ms;
       const bool dcp = s == Strategy::kDcp;
-      out += head + fmt::format("| {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:.3f} | {:.2f} | {} | {} | {} | {} |\n",
+      out += head + fmt::format("| {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:.3f} | {:.2f} | {} | {} | {} | {} | {} |\n",
                                 o.total_ms, o.fwd_ms, o.bwd_ms, o.bytes_inter_node / 1e9,
                                 o.compute_imbalance, o.efficiency, o.choice,
                                 dcp ? fmt::format("{:.2f}", o.own_ms) : "",
                                 dcp ? fmt::format("{:.0f}", o.planning_ms) : "",
+                                o.e2e_ms > 0 ? fmt::format("{:.1f}", o.e2e_ms) : "",
                                 s == Strategy::kDcp
                                     ? fmt::format("**{:.2f}x over {}**", speedup, ToString(best))
                                     : fmt::format("{:.2f}x", o.total_ms / dcp_ms));
@@ -217,15 +231,15 @@ std::string Markdown(const std::vector<Row>& rows) {
 std::string Csv(const std::vector<Row>& rows) {
   std::string out =
       "dataset,scale,mask,strategy,supported,total_ms,fwd_ms,bwd_ms,bytes_inter_node,"
-      "compute_imbalance,efficiency,variant,own_best_ms,planning_ms,dcp_speedup\n";
+      "compute_imbalance,efficiency,variant,own_best_ms,planning_ms,e2e_ms,dcp_speedup\n";
   for (const Row& row : rows) {
     const double dcp_ms = row.outcomes.at(Strategy::kDcp).total_ms;
     for (const auto& [s, o] : row.outcomes) {
-      out += fmt::format("{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.0f},{:.4f},{:.4f},\"{}\",{:.4f},{:.1f},{:.4f}\n",
+      out += fmt::format("{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.0f},{:.4f},{:.4f},\"{}\",{:.4f},{:.1f},{:.2f},{:.4f}\n",
                          DatasetName(row.cell.dataset), row.cell.scale, row.cell.mask,
                          ToString(s), o.supported ? 1 : 0, o.total_ms, o.fwd_ms, o.bwd_ms,
                          o.bytes_inter_node, o.compute_imbalance, o.efficiency, o.choice, o.own_ms,
-                         o.planning_ms,
+                         o.planning_ms, o.e2e_ms,
                          o.supported && o.total_ms > 0 ? o.total_ms / dcp_ms : 0.0);
     }
   }
@@ -360,6 +374,12 @@ Status RunBench(const BenchArgs& args) {
   if (args.batches < 1) {
     return Status::InvalidArgument(fmt::format("--batches={} is not positive", args.batches));
   }
+  std::optional<ModelSpec> model;
+  if (!args.model.empty()) {
+    Result<ModelSpec> parsed = ParseModelSpec(args.model);
+    if (!parsed.ok()) return parsed.status().WithContext("--model");
+    model = *parsed;
+  }
   if (args.tokens < 1) {
     return Status::InvalidArgument(fmt::format("--tokens={} is not positive", args.tokens));
   }
@@ -390,7 +410,8 @@ Status RunBench(const BenchArgs& args) {
   std::vector<Row> rows;
   for (const Cell& cell : cells) {
     DCP_ASSIGN_OR_RETURN(auto outcomes,
-                         RunCell(cell, args, topology, cluster, [&] { progress.Tick(); }));
+                         RunCell(cell, args, topology, cluster, model ? &*model : nullptr,
+                                 [&] { progress.Tick(); }));
     rows.push_back({cell, std::move(outcomes)});
   }
   const std::filesystem::path dir(args.output);
@@ -424,6 +445,10 @@ CommandRunner AddBenchCommand(CLI::App& app) {
   cmd->add_option("--topology", args->topology, "Nodes x devices per node")->capture_default_str();
   cmd->add_option("--tokens", args->tokens, "Tokens per batch")->capture_default_str();
   cmd->add_option("--batches", args->batches, "Seeded batches per cell")->capture_default_str();
+  cmd->add_option("--model", args->model,
+                  "Also estimate a training step of this model (llama3-8b or layers=..,hidden=..,"
+                  "heads=..,kv_heads=..,ffn=..; the batches get its attention shape): column e2e")
+      ->capture_default_str();
   cmd->add_option("--first-seed", args->first_seed,
                   "Seed of each cell's first batch (the next ones count up from it)")
       ->capture_default_str();

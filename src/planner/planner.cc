@@ -198,6 +198,7 @@ std::vector<Candidate> CandidatesOf(const Batch& batch, const PlanOptions& optio
       c.name = ToString(s);
     }
     for (int32_t inner : LoongTrainInnerRings(batch.shape(), options.topology)) {
+      if (inner == 1) continue;  // LoongTrain with inner rings of one is TE's layout, planned above
       Candidate& c = candidates.emplace_back();
       c.strategy = Strategy::kLoongTrain;
       c.inner_ring = inner;
@@ -263,6 +264,31 @@ Status NoCandidate(const std::vector<Tried>& tried, const PlanOptions& options) 
       fmt::format("candidate {}", tried.front().outcome.name));
 }
 
+// The chosen plan of dcp's own, its division count searched by simulating every count
+// (DivisionChoice::kSimulate) when the candidates used the quick cost model: one candidate's
+// search instead of every candidate's. Kept when faster and no worse spread beyond the bound.
+void RefineDivisions(const Batch& batch, const PlanOptions& own, const PlanOptions& options,
+                     PlannedBatch* chosen, CandidateOutcome* outcome) {
+  if (own.divisions != 0 || own.division_choice != DivisionChoice::kCostModel) return;
+  PlanOptions search = own;
+  search.division_choice = DivisionChoice::kSimulate;
+  PlannedBatch refined = *chosen;
+  if (!ScheduleAndCompile(batch, search, 0, &refined).ok()) return;
+  const auto [peak, spread] = Peaks(refined.plan);
+  Result<SimReport> report = SimulatePlan(refined.plan, CostCluster(options));
+  if (!report.ok() || report->total_s() >= chosen->simulated_s ||
+      CheckMemoryBudget(refined.plan, options.memory_budget_bytes).ok() == false ||
+      (spread > options.tuning.max_peak_imbalance && spread > outcome->peak_imbalance)) {
+    return;
+  }
+  refined.simulated_s = report->total_s();
+  *chosen = std::move(refined);
+  outcome->name = chosen->plan.origin;
+  outcome->simulated_s = chosen->simulated_s;
+  outcome->peak_bytes = peak;
+  outcome->peak_imbalance = spread;
+}
+
 // The fastest planned candidate, or the fastest of those whose peaks are spread within the bound
 // when it is within the slack of the fastest; ties go to the earlier candidate.
 std::optional<size_t> Choose(const std::vector<Tried>& tried, const TuningOptions& tuning,
@@ -309,7 +335,10 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
   if (!best) return NoCandidate(tried, options);
   PlannedBatch chosen = std::move(*tried[*best].planned).value();
   chosen.simulated_s = tried[*best].outcome.simulated_s;
-  chosen.ms.search = std::max(0.0, tuning_ms - chosen.ms.total());
+  if (candidates[*best].own) {
+    RefineDivisions(batch, *candidates[*best].own, options, &chosen, &tried[*best].outcome);
+  }
+  chosen.ms.search = std::max(0.0, watch.Lap() + tuning_ms - chosen.ms.total());
   chosen.best_own = best_own;
   for (Tried& t : tried) chosen.candidates.push_back(std::move(t.outcome));
   return chosen;
