@@ -2,10 +2,9 @@
 // Sequence lengths from a list, a text file, or a Megatron-LM index file.
 #include <charconv>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include "dcp/batch.h"
+#include "util/file.h"
 
 namespace dcp {
 namespace {
@@ -28,14 +27,6 @@ std::string_view Trim(std::string_view s) {
   while (!s.empty() && space(s.front())) s.remove_prefix(1);
   while (!s.empty() && space(s.back())) s.remove_suffix(1);
   return s;
-}
-
-Result<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(fmt::format("cannot open '{}'", path));
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return Status::NotFound(fmt::format("cannot read '{}'", path));
-  return data;
 }
 
 // Little-endian reader over a byte buffer that fails instead of reading past the end.
@@ -74,7 +65,7 @@ Result<std::vector<int64_t>> ParseLengthList(std::string_view text) {
 }
 
 Result<std::vector<int64_t>> ReadLengthsFile(const std::string& path) {
-  DCP_ASSIGN_OR_RETURN(std::string data, ReadFile(path));
+  DCP_ASSIGN_OR_RETURN(std::string data, internal::ReadWholeFile(path));
   std::vector<int64_t> lengths;
   std::string_view rest = data;
   for (int line = 1; !rest.empty(); ++line) {
@@ -93,7 +84,7 @@ Result<std::vector<int64_t>> ReadLengthsFile(const std::string& path) {
 
 Result<std::vector<int64_t>> ReadMegatronIndex(const std::string& path) {
   static constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
-  DCP_ASSIGN_OR_RETURN(std::string data, ReadFile(path));
+  DCP_ASSIGN_OR_RETURN(std::string data, internal::ReadWholeFile(path));
   const auto corrupt = [&path](std::string_view what) {
     return Status::Corrupt(fmt::format("Megatron index '{}': {}", path, what));
   };

@@ -21,7 +21,13 @@ void AddBatchOptions(CLI::App& app, BatchArgs& args) {
       ->capture_default_str();
   app.add_option("--tokens", args.tokens, "Token budget of the synthetic batch")
       ->capture_default_str();
-  app.add_option("--seed", args.seed, "Seed of the synthetic batch")->capture_default_str();
+  app.add_option("--seed", args.seed, "Seed of the synthetic batch (and of placement)")
+      ->check(CLI::Validator(
+          [](const std::string& text) {
+            return text.starts_with('-') ? "the seed must be >= 0, not " + text : std::string();
+          },
+          "SEED >= 0"))
+      ->capture_default_str();
   app.add_option("--mask", args.mask,
                  "Mask spec for every sequence (docs/mask_spec.md), or @FILE with a JSON mask")
       ->capture_default_str();
@@ -69,9 +75,14 @@ Result<PartitionOptions> BuildPartitionOptions(const BatchArgs& batch, const Pla
 namespace {
 
 Result<std::vector<int64_t>> BuildLengths(const BatchArgs& args) {
-  if (!args.seqlens.empty()) return ParseLengthList(args.seqlens);
-  if (!args.seqlens_file.empty()) return ReadLengthsFile(args.seqlens_file);
-  if (!args.idx.empty()) return ReadMegatronIndex(args.idx);
+  if (args.seqlens) {
+    if (args.seqlens->empty()) {
+      return Status::InvalidArgument("--seqlens is empty: give lengths like 4096,1000");
+    }
+    return ParseLengthList(*args.seqlens);
+  }
+  if (args.seqlens_file) return ReadLengthsFile(*args.seqlens_file);
+  if (args.idx) return ReadMegatronIndex(*args.idx);
   DCP_ASSIGN_OR_RETURN(LengthDistribution distribution, ParseLengthDistribution(args.dataset));
   return SyntheticBatch(
       SyntheticOptions{.distribution = distribution, .scale = args.scale, .seed = args.seed},
@@ -81,21 +92,13 @@ Result<std::vector<int64_t>> BuildLengths(const BatchArgs& args) {
 Result<MaskSpec> BuildMaskSpec(const std::string& text) {
   if (text.empty() || text.front() != '@') return MaskSpec::Parse(text);
   const std::string path = text.substr(1);
-  DCP_ASSIGN_OR_RETURN(std::string contents, ReadTextFile(path));
+  DCP_ASSIGN_OR_RETURN(std::string contents, internal::ReadWholeFile(path));
   Result<MaskSpec> spec = MaskSpec::Parse(contents);
   if (!spec.ok()) return spec.status().WithContext(fmt::format("mask file '{}'", path));
   return spec;
 }
 
 }  // namespace
-
-Result<std::string> ReadTextFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound(fmt::format("cannot open '{}'", path));
-  std::stringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
-}
 
 Status WriteTextFile(const std::string& path, std::string_view text) {
   std::ofstream out(path, std::ios::binary);

@@ -10,13 +10,15 @@
 #include "dcp/batch.h"
 #include "dcp/blocks.h"
 #include "dcp/partition.h"
+#include "util/file.h"
 
 namespace dcp::cli {
 
 struct BatchArgs {
-  std::string seqlens;          // --seqlens 4096,1000,...
-  std::string seqlens_file;     // --seqlens-file F
-  std::string idx;              // --idx F.idx
+  // At most one of the three length sources; given (even empty) means used.
+  std::optional<std::string> seqlens;       // --seqlens 4096,1000,...
+  std::optional<std::string> seqlens_file;  // --seqlens-file F
+  std::optional<std::string> idx;           // --idx F.idx
   std::string dataset = "ldc";  // --dataset ldc|longalign (used when no other source is given)
   double scale = 1.0;
   int64_t tokens = 131072;
@@ -37,8 +39,6 @@ void AddBatchOptions(CLI::App& app, BatchArgs& args);
 // The batch the options describe: lengths from exactly one source, the mask, the shape.
 Result<Batch> BuildBatch(const BatchArgs& args);
 
-// The whole contents of a text file; NotFound names the path when it cannot be read.
-Result<std::string> ReadTextFile(const std::string& path);
 // Replaces the file's contents (bytes as given); NotFound names the path when it cannot be written.
 Status WriteTextFile(const std::string& path, std::string_view text);
 

@@ -57,7 +57,7 @@ int Run(const BatchArgs& batch_args, const PlaceArgs& args) {
   double partition_ms = 0;
   bool balanced = false;
   if (!args.read_partition.empty()) {
-    Result<std::string> text = ReadTextFile(args.read_partition);
+    Result<std::string> text = internal::ReadWholeFile(args.read_partition);
     if (!text.ok()) return ReportError(text.status());
     Result<Placement> placement = ReadPartition(*text, graph, *topology);
     if (!placement.ok()) {

@@ -39,7 +39,7 @@ Result<ClusterSpec> LoadCluster(const std::string& name) {
     return Status::NotFound(fmt::format(
         "--cluster '{}' is neither a preset (p4de, h100) nor a readable JSON file", name));
   }
-  DCP_ASSIGN_OR_RETURN(std::string text, ReadTextFile(name));
+  DCP_ASSIGN_OR_RETURN(std::string text, internal::ReadWholeFile(name));
   Result<ClusterSpec> spec = ParseClusterJson(text);
   if (!spec.ok()) return spec.status().WithContext(fmt::format("cluster file '{}'", name));
   return spec;

@@ -76,7 +76,12 @@ Status WriteNpy(const std::filesystem::path& path, const std::vector<float>& dat
 }
 
 Status Dump(const std::string& dir, const Batch& batch, const BatchTensors& t, double scale) {
-  std::filesystem::create_directories(dir);
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return Status::NotFound(
+        fmt::format("--dump: cannot create the directory '{}': {}", dir, error.message()));
+  }
   const AttentionShape& s = batch.shape();
   const int64_t tokens = batch.total_tokens();
   const std::vector<int64_t> q_shape = {tokens, s.heads, s.head_dim};

@@ -60,7 +60,7 @@ Result<SimReport> Simulate(const Plan& plan, const ClusterSpec& cluster, bool tr
 }
 
 Result<Simulated> FromFile(const SimulateArgs& args, const ClusterSpec& cluster) {
-  DCP_ASSIGN_OR_RETURN(std::string bytes, ReadTextFile(args.plan_file));
+  DCP_ASSIGN_OR_RETURN(std::string bytes, internal::ReadWholeFile(args.plan_file));
   Result<Plan> plan = DecodePlan(bytes);
   if (!plan.ok())
     return plan.status().WithContext(fmt::format("reading plan '{}'", args.plan_file));

@@ -187,6 +187,35 @@ TEST(CliBlocks, ReportsAMissingLengthsFile) {
   EXPECT_NE(run.err.find(path), std::string::npos) << run.err;
 }
 
+// A directory named where a file belongs, an empty length list and a negative seed are errors
+// that name the problem (they aborted, planned a synthetic batch, and wrapped around).
+TEST(CliBlocks, RejectsADirectoryAnEmptyLengthListAndANegativeSeed) {
+  const std::string dir = ::testing::TempDir();
+  for (const char* option : {"--seqlens-file", "--idx", "--mask"}) {
+    const std::string value = std::string(option) == "--mask" ? "@" + dir : dir;
+    const CliRun run = RunDcp({"blocks", option, value});
+    EXPECT_EQ(run.exit_code, 1) << option << ": " << run.err;
+    EXPECT_NE(run.err.find("is a directory, not a file"), std::string::npos) << run.err;
+  }
+  const CliRun empty = RunDcp({"blocks", "--seqlens", ""});
+  EXPECT_EQ(empty.exit_code, 1) << empty.out;
+  EXPECT_NE(empty.err.find("--seqlens is empty"), std::string::npos) << empty.err;
+  const CliRun negative = RunDcp({"blocks", "--seed", "-1"});
+  EXPECT_NE(negative.exit_code, 0);
+  EXPECT_NE(negative.err.find("--seed"), std::string::npos) << negative.err;
+  EXPECT_NE(negative.err.find("must be >= 0"), std::string::npos) << negative.err;
+  EXPECT_TRUE(negative.out.empty()) << negative.out;
+}
+
+TEST(CliRun, DumpIntoAPathThatIsAFileIsAClearError) {
+  const std::string file = TempPath(".file");
+  WriteFile(file, "x");
+  const CliRun run = RunDcp({"run", "--seqlens", "64", "--topology", "1x2", "--dump", file});
+  std::remove(file.c_str());
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_NE(run.err.find("--dump: cannot create the directory"), std::string::npos) << run.err;
+}
+
 TEST(CliBlocks, RejectsABlockSizeThatIsNotANumber) {
   const CliRun run = RunDcp({"blocks", "--seqlens", "100", "--block-size", "big"});
   EXPECT_NE(run.exit_code, 0);
