@@ -405,6 +405,14 @@ Status RunBench(const BenchArgs& args) {
       for (double s : scales) cells.push_back({d, s, m});
     }
   }
+  // The output directory first: a bad -o fails now, not after the whole run.
+  const std::filesystem::path dir(args.output);
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return Status::NotFound(
+        fmt::format("-o: cannot create '{}': {}", dir.string(), error.message()));
+  }
   Progress progress(static_cast<int64_t>(cells.size()) * args.batches *
                     static_cast<int64_t>(std::size(kStrategies)));
   std::vector<Row> rows;
@@ -413,13 +421,6 @@ Status RunBench(const BenchArgs& args) {
                          RunCell(cell, args, topology, cluster, model ? &*model : nullptr,
                                  [&] { progress.Tick(); }));
     rows.push_back({cell, std::move(outcomes)});
-  }
-  const std::filesystem::path dir(args.output);
-  std::error_code error;
-  std::filesystem::create_directories(dir, error);
-  if (error) {
-    return Status::NotFound(
-        fmt::format("cannot create '{}': {}", dir.string(), error.message()));
   }
   const std::string table = Markdown(rows);
   DCP_RETURN_IF_ERROR(WriteTextFile((dir / "bench.md").string(), table));

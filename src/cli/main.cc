@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The `dcp` command line: a thin shell over the library. It parses options, calls the library and
-// formats results as tables for people or JSON (--json) for programs.
+// formats results as tables for people or JSON (--json) for programs. Every error is one line
+// "dcp: error: ..." on stderr; exit status 2 for a command line that does not parse (usage), 1
+// for a failure, 0 otherwise (also --help and --version).
 #include <algorithm>
 #include <cstdio>
 
@@ -18,11 +20,18 @@ int ReportError(const Status& status) {
 int main(int argc, char** argv) {
   CLI::App app{"dcp: dynamic context parallelism planner and runtime"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "dcp " DCP_VERSION);
   const dcp::cli::CommandRunner commands[] = {
       dcp::cli::AddBlocksCommand(app), dcp::cli::AddPlaceCommand(app),
       dcp::cli::AddPlanCommand(app), dcp::cli::AddRunCommand(app),
       dcp::cli::AddSimulateCommand(app), dcp::cli::AddBenchCommand(app)};
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::fprintf(stderr, "dcp: error: %s (see --help)\n", e.what());
+    return 2;
+  }
   int status = 0;
   for (const auto& run : commands) status = std::max(status, run());  // only the parsed one runs
   return status;

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -522,7 +523,15 @@ CommandRunner AddRunCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--comm-timeout", args->comm_timeout_s,
                   "Seconds a device waits for a peer without progress before it gives up")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Validator(
+          [](const std::string& text) {
+            double seconds = 0;
+            const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), seconds);
+            return ec == std::errc() && end == text.data() + text.size() && seconds > 0
+                       ? std::string()
+                       : "--comm-timeout must be a number of seconds > 0, not " + text;
+          },
+          "SECONDS > 0"))
       ->capture_default_str();
   AddPlannerOptions(*cmd, args->planner);
   cmd->add_flag("--no-reference", args->no_reference,

@@ -207,6 +207,36 @@ TEST(CliBlocks, RejectsADirectoryAnEmptyLengthListAndANegativeSeed) {
   EXPECT_TRUE(negative.out.empty()) << negative.out;
 }
 
+// Every error is one "dcp: error:" line; a command line that does not parse exits 2, a failure 1;
+// --version and --help exit 0.
+TEST(Cli, UsageErrorsExitTwoFailuresOneWithOneErrorLine) {
+  const CliRun version = RunDcp({"--version"});
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_EQ(version.out.rfind("dcp ", 0), 0u) << version.out;
+  EXPECT_EQ(RunDcp({"plan", "--help"}).exit_code, 0);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{}, {"blocks", "--heads", "x"}, {"blocks", "--no-such-flag"},
+        {"run", "--comm-timeout", "0"}, {"nope"}}) {
+    const CliRun run = RunDcp(args);
+    EXPECT_EQ(run.exit_code, 2) << run.err;
+    EXPECT_EQ(run.err.rfind("dcp: error: ", 0), 0u) << run.err;
+    EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  }
+  const CliRun failure = RunDcp({"blocks", "--seqlens-file", "/no/such/file"});
+  EXPECT_EQ(failure.exit_code, 1);
+  EXPECT_EQ(failure.err.rfind("dcp: error: ", 0), 0u) << failure.err;
+}
+
+TEST(CliBench, ABadOutputDirectoryFailsBeforeTheRun) {
+  const std::string file = TempPath(".file");
+  WriteFile(file, "x");
+  const CliRun run = RunDcp({"bench", "--quick", "-o", file + "/sub"}, 20);
+  std::remove(file.c_str());
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_NE(run.err.find("-o: cannot create"), std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find("plans"), std::string::npos) << "ran before failing: " << run.err;
+}
+
 TEST(CliRun, DumpIntoAPathThatIsAFileIsAClearError) {
   const std::string file = TempPath(".file");
   WriteFile(file, "x");
