@@ -111,6 +111,10 @@ struct PlacementReport {
   double memory_imbalance = 1;              // max / mean (1: perfect)
 };
 
+// Max / mean of per-device loads (1 when all are equal, and when all are zero): what every
+// "imbalance" dcp reports means.
+double MaxOverMean(const std::vector<int64_t>& loads);
+
 // REQUIRES: placement sizes match the graph, devices within the topology (checked: returns
 // InvalidArgument otherwise).
 Result<PlacementReport> EvaluatePlacement(const Hypergraph& graph, const Placement& placement,

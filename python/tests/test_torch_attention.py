@@ -97,34 +97,23 @@ def test_cuda_tensors_on_two_ranks_over_nccl():
     run_ranks(_check_rank, 2, FAMILIES, "bfloat16", (1, 2), "auto", "cuda", backend="nccl")
 
 
-def _cpu_kernels_refuse_cuda(rank, world):
+def _refused_devices(rank, world, kernels, kv_device, message):
     plan = dcp.plan(dcp.Batch(SEQLENS, "causal", **SHAPE), topology=(1, world), block_size=32)
-    executor = dt.AttentionExecutor(kernels="cpu")
+    executor = dt.AttentionExecutor(kernels=kernels)
     executor.prepare(plan)
     q, kv, _ = _inputs(torch.float32)
-    with pytest.raises(ValueError, match="kernels='cpu' runs on CPU tensors"):
+    with pytest.raises(ValueError, match=message):
         dt.DCPAttention.apply(executor, dt.dispatch(q, plan, rank).float().cuda(),
-                              dt.dispatch(kv, plan, rank).float().cuda())
+                              dt.dispatch(kv, plan, rank).float().to(kv_device))
 
 
 @needs_cuda
-def test_the_cpu_kernels_refuse_cuda_tensors():
-    run_ranks(_cpu_kernels_refuse_cuda, 1, backend="nccl")
-
-
-def _mixed_devices(rank, world):
-    plan = dcp.plan(dcp.Batch(SEQLENS, "causal", **SHAPE), topology=(1, world), block_size=32)
-    executor = dt.AttentionExecutor(kernels="torch")
-    executor.prepare(plan)
-    q, kv, _ = _inputs(torch.float32)
-    with pytest.raises(ValueError, match="kv: on cpu, but q is on cuda"):
-        dt.DCPAttention.apply(executor, dt.dispatch(q, plan, rank).float().cuda(),
-                              dt.dispatch(kv, plan, rank).float())
-
-
-@needs_cuda
-def test_tensors_on_different_devices_are_refused():
-    run_ranks(_mixed_devices, 1, backend="nccl")
+@pytest.mark.parametrize("kernels, kv_device, message", [
+    ("cpu", "cuda", "kernels='cpu' runs on CPU tensors"),  # the CPU kernels refuse CUDA tensors
+    ("torch", "cpu", "kv: on cpu, but q is on cuda"),       # tensors on two devices
+])
+def test_tensors_the_kernels_cannot_run_are_refused(kernels, kv_device, message):
+    run_ranks(_refused_devices, 1, kernels, kv_device, message, backend="nccl")
 
 
 def test_an_unknown_kernel_choice_is_refused():

@@ -8,7 +8,6 @@
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <numeric>
 #include <optional>
 #include <set>
 
@@ -226,11 +225,7 @@ int Run(const CLI::App& cmd, BatchArgs batch_args, const SimulateArgs& args) {
   const std::vector<int64_t> peak = PeakBufferBytesPerDevice(plan);
   const int64_t peak_max = peak.empty() ? 0 : *std::max_element(peak.begin(), peak.end());
   const int64_t peak_min = peak.empty() ? 0 : *std::min_element(peak.begin(), peak.end());
-  const double peak_total =
-      static_cast<double>(std::accumulate(peak.begin(), peak.end(), int64_t{0}));
-  const double peak_imbalance =
-      peak_total > 0 ? static_cast<double>(peak_max) * static_cast<double>(peak.size()) / peak_total
-                     : 1;
+  const double peak_imbalance = peak.empty() ? 1 : MaxOverMean(peak);
   const std::string strategy_name(ToString(*strategy));
   if (args.json) {
     nlohmann::json j = {

@@ -5,16 +5,13 @@
 #include "dcp/partition.h"
 
 namespace dcp {
-namespace {
 
-double Imbalance(const std::vector<int64_t>& loads) {
+double MaxOverMean(const std::vector<int64_t>& loads) {
   const int64_t total = std::accumulate(loads.begin(), loads.end(), int64_t{0});
   if (total == 0) return 1;
   const double mean = static_cast<double>(total) / static_cast<double>(loads.size());
   return static_cast<double>(*std::max_element(loads.begin(), loads.end())) / mean;
 }
-
-}  // namespace
 
 Result<PlacementReport> EvaluatePlacement(const Hypergraph& graph, const Placement& placement,
                                           const Topology& topology) {
@@ -45,8 +42,8 @@ Result<PlacementReport> EvaluatePlacement(const Hypergraph& graph, const Placeme
     r.device_compute[part[v]] += graph.compute_weight[v];
     r.device_memory[part[v]] += graph.memory_weight[v];
   }
-  r.compute_imbalance = Imbalance(r.device_compute);
-  r.memory_imbalance = Imbalance(r.device_memory);
+  r.compute_imbalance = MaxOverMean(r.device_compute);
+  r.memory_imbalance = MaxOverMean(r.device_memory);
 
   std::vector<int32_t> pins_on(k, 0);  // pins of the current net per device
   std::vector<int64_t> received_inter(k, 0);

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <numeric>
 #include <optional>
 #include <thread>
 #include <tuple>
@@ -48,9 +47,7 @@ ScheduleOptions SchedulerOptionsFor(const PlanOptions& options) {
 std::pair<int64_t, double> Peaks(const Plan& plan) {
   const std::vector<int64_t> peak = PeakBufferBytesPerDevice(plan);
   if (peak.empty()) return {0, 1};
-  const int64_t largest = *std::max_element(peak.begin(), peak.end());
-  const double total = static_cast<double>(std::accumulate(peak.begin(), peak.end(), int64_t{0}));
-  return {largest, total > 0 ? static_cast<double>(largest) * static_cast<double>(peak.size()) / total : 1};
+  return {*std::max_element(peak.begin(), peak.end()), MaxOverMean(peak)};
 }
 
 Status CheckMemoryBudget(const Plan& plan, int64_t budget) {
