@@ -97,6 +97,9 @@ struct Placement {
 // then data blocks), as written by hMETIS, KaHyPar and Mt-KaHyPar.
 Result<Placement> ReadPartition(std::string_view text, const Hypergraph& graph,
                                 const Topology& topology);
+// The partition file of a placement, as ReadPartition reads it: one device per line, the compute
+// blocks first, then the data blocks.
+std::string WritePartition(const Placement& placement);
 
 // What a placement costs: bytes moved (km1), split by link class, and balance.
 struct PlacementReport {

@@ -85,6 +85,12 @@ struct PlanOptions {
   // inter-node tolerances are used as given only when tuning.tolerances is empty.
   PartitionOptions partition = {};
 
+  // A placement made elsewhere (ReadPartition: another partitioner's, a hand-made one) for the
+  // blocks of `block_size` (which must then be > 0): it is scheduled, compiled and costed as
+  // given, with nothing tuned but the division count; tolerances and static layouts play no part.
+  // InvalidArgument when it does not fit the blocks or the topology.
+  std::optional<Placement> placement;
+
   // --- Scheduling.
   // Divisions per pass; 0 lets `division_choice` pick, for each candidate.
   int32_t divisions = 0;

@@ -83,13 +83,14 @@ PyPlan PlanBatchNoGil(const Batch& batch, const std::string& topology, int64_t b
                       std::optional<std::vector<std::pair<double, double>>> candidate_tolerances,
                       bool static_layouts, int32_t max_candidates, int32_t threads,
                       int64_t memory_budget_bytes, uint64_t seed, const std::string& partitioner) {
-  PlanOptions options{.topology = ValueOrThrow(Topology::Parse(topology)),
-                      .cluster = ClusterFrom(cluster),
-                      .block_size = block_size,
-                      .head_groups = head_groups,
-                      .divisions = divisions,
-                      .threads = threads,
-                      .memory_budget_bytes = memory_budget_bytes};
+  PlanOptions options;
+  options.topology = ValueOrThrow(Topology::Parse(topology));
+  options.cluster = ClusterFrom(cluster);
+  options.block_size = block_size;
+  options.head_groups = head_groups;
+  options.divisions = divisions;
+  options.threads = threads;
+  options.memory_budget_bytes = memory_budget_bytes;
   options.partition.partitioner = ValueOrThrow(ParsePartitionerKind(partitioner));
   options.partition.eps_memory = eps_memory;
   options.partition.seed = seed;

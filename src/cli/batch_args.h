@@ -14,6 +14,10 @@
 
 namespace dcp::cli {
 
+// The block size of `dcp blocks` and `dcp place` (no tuning there), and so of the partition files
+// `place --write-partition` writes.
+inline constexpr int64_t kPlaceBlockSize = 1024;
+
 struct BatchArgs {
   // At most one of the three length sources; given (even empty) means used.
   std::optional<std::string> seqlens;       // --seqlens 4096,1000,...

@@ -98,10 +98,10 @@ Result<Best> RunStrategy(Strategy strategy, const Batch& batch, const Topology& 
   Best best;
   if (strategy == Strategy::kDcp) {
     // What `dcp plan` gives with default options: the planner tunes on the cluster.
-    const PlanOptions options{
-        .topology = topology,
-        .cluster = cluster,
-        .threads = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()))};
+    PlanOptions options;
+    options.topology = topology;
+    options.cluster = cluster;
+    options.threads = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
     DCP_ASSIGN_OR_RETURN(PlannedBatch planned, PlanBatch(batch, options));
     std::string origin = planned.plan.origin;
     DCP_RETURN_IF_ERROR(Consider(best, std::move(planned.plan), cluster, model, std::move(origin)));

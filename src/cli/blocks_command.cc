@@ -95,7 +95,7 @@ CommandRunner AddBlocksCommand(CLI::App& app) {
       "blocks", "Cut a batch into data blocks and compute blocks; report sizes and FLOPs");
   auto args = std::make_shared<BatchArgs>();
   auto json = std::make_shared<bool>(false);
-  args->block_size = "1024";  // blocks only: no tuning here
+  args->block_size = std::to_string(kPlaceBlockSize);  // blocks only: no tuning here
   AddBatchOptions(*cmd, *args);
   cmd->add_flag("--json", *json, "Print one JSON object instead of a table");
   return [cmd, args, json]() -> int {

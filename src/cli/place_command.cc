@@ -17,6 +17,7 @@ struct PlaceArgs {
   PlacementArgs placement;
   std::string export_hypergraph;
   std::string read_partition;
+  std::string write_partition;
   bool json = false;
 };
 
@@ -77,6 +78,11 @@ int Run(const BatchArgs& batch_args, const PlaceArgs& args) {
     partition_ms = result->partition_ms;
     balanced = result->balanced;
   }
+  if (!args.write_partition.empty()) {
+    if (Status s = WriteTextFile(args.write_partition, WritePartition(placed)); !s.ok()) {
+      return ReportError(s);
+    }
+  }
   if (args.json) {
     nlohmann::json j = ToJson(report, *topology, partition_ms, balanced);
     j["token_map"] = TokenMapJson(TokenMap::Of(*blocks, placed, topology->devices()));
@@ -107,7 +113,7 @@ CommandRunner AddPlaceCommand(CLI::App& app) {
       "place", "Place a batch's blocks on devices; report bytes moved and balance");
   auto batch_args = std::make_shared<BatchArgs>();
   auto args = std::make_shared<PlaceArgs>();
-  batch_args->block_size = "1024";  // placement only: no tuning here
+  batch_args->block_size = std::to_string(kPlaceBlockSize);  // placement only: no tuning here
   AddBatchOptions(*cmd, *batch_args);
   AddPlacementOptions(*cmd, args->placement);
   cmd->add_option("--export-hypergraph", args->export_hypergraph,
@@ -115,6 +121,9 @@ CommandRunner AddPlaceCommand(CLI::App& app) {
   cmd->add_option(
       "--read-partition", args->read_partition,
       "Evaluate this partition file (one part per vertex line) instead of partitioning");
+  cmd->add_option("--write-partition", args->write_partition,
+                  "Write the placement as a partition file (what --read-partition of place, plan, "
+                  "simulate and run reads)");
   cmd->add_flag("--json", args->json, "Print one JSON object");
   return [cmd, batch_args, args]() -> int {
     if (!cmd->parsed()) return 0;

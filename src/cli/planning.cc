@@ -30,6 +30,10 @@ void AddPlannerOptions(CLI::App& app, PlannerArgs& args) {
                  "Bytes of buffers each device may hold at its peak (0: no budget); candidates "
                  "above it are skipped")
       ->capture_default_str();
+  app.add_option("--read-partition", args.read_partition,
+                 "Plan this placement instead of dcp's own: a partition file as `dcp place "
+                 "--write-partition` or an hMETIS-format partitioner writes it, for the blocks of "
+                 "--block-size (default 1024 with this option, as `dcp place`)");
 }
 
 Result<ClusterSpec> LoadCluster(const std::string& name) {
@@ -61,6 +65,22 @@ Status ParseDivisions(const std::string& text, PlanOptions* options) {
   return Status::Ok();
 }
 
+// The placement in partition file `path`, for the blocks `options` cut the batch into.
+Result<Placement> ReadPlacement(const std::string& path, const Batch& batch,
+                                const PlanOptions& options) {
+  DCP_ASSIGN_OR_RETURN(std::string text, internal::ReadWholeFile(path));
+  DCP_ASSIGN_OR_RETURN(const BlockSet blocks,
+                       MakeBlocks(batch, BlockingOptions{.block_size = options.block_size,
+                                                         .head_groups = options.head_groups}));
+  Result<Placement> read = ReadPartition(text, BuildHypergraph(blocks), options.topology);
+  if (!read.ok()) {
+    return read.status().WithContext(fmt::format(
+        "--read-partition {} (blocks of {} tokens: {} compute + {} data vertices)", path,
+        options.block_size, blocks.compute_blocks.size(), blocks.data_blocks.size()));
+  }
+  return read;
+}
+
 }  // namespace
 
 Result<PlanOptions> PlanOptionsFromArgs(const BatchArgs& batch_args, const PlacementArgs& placement,
@@ -77,6 +97,14 @@ Result<PlanOptions> PlanOptionsFromArgs(const BatchArgs& batch_args, const Place
       return Status::InvalidArgument(
           fmt::format("--block-size '{}' is neither a number >= 1 nor 'auto'", text));
     }
+  }
+  if (!planner.read_partition.empty()) {
+    if (placement.eps_compute || placement.eps_inter) {
+      return Status::InvalidArgument(
+          "--read-partition gives the placement: --eps-compute and --eps-inter have nothing to "
+          "bound");
+    }
+    if (options.block_size == 0) options.block_size = kPlaceBlockSize;
   }
   DCP_ASSIGN_OR_RETURN(options.partition, BuildPartitionOptions(batch_args, placement));
   if (placement.eps_compute || placement.eps_inter) options.tuning.tolerances.clear();
@@ -95,6 +123,10 @@ Result<PlannedFromArgs> PlanFromArgs(const BatchArgs& batch_args, const Placemen
                                      const PlannerArgs& planner) {
   DCP_ASSIGN_OR_RETURN(Batch batch, BuildBatch(batch_args));
   DCP_ASSIGN_OR_RETURN(PlanOptions options, PlanOptionsFromArgs(batch_args, placement, planner));
+  if (!planner.read_partition.empty()) {
+    DCP_ASSIGN_OR_RETURN(options.placement,
+                         ReadPlacement(planner.read_partition, batch, options));
+  }
   DCP_ASSIGN_OR_RETURN(PlannedBatch planned, PlanBatch(batch, options));
   return PlannedFromArgs{.batch = std::move(batch), .planned = std::move(planned)};
 }

@@ -25,6 +25,7 @@ struct PlannerArgs {
   int32_t max_candidates = TuningOptions{}.max_candidates;
   bool dcp_only = false;           // no static layouts among the candidates
   int64_t memory_budget = 0;       // bytes of buffers per device; 0: none
+  std::string read_partition;      // a placement file to plan as given; empty: dcp places
 };
 
 void AddPlannerOptions(CLI::App& app, PlannerArgs& args);

@@ -182,10 +182,10 @@ int CheckAndReport(const RunArgs& args, const Batch& batch, const Plan& plan,
     fmt::print("{}\n", j.dump(2));
   } else {
     fmt::print(
-        "{} sequences, {} tokens on {} {} ({} divisions): planned in {:.1f} ms, ran "
+        "{} sequences, {} tokens on {} {}, plan {}: planned in {:.1f} ms, ran "
         "forward+backward in {:.1f} ms (dense reference {:.1f} ms)\n",
         batch.seqlens().size(), batch.total_tokens(), devices,
-        args.comm == "mpi" ? "MPI ranks" : "devices", plan.n_divisions, ms.plan, ms.run,
+        args.comm == "mpi" ? "MPI ranks" : "devices", plan.origin, ms.plan, ms.run,
         ms.reference);
     for (const auto& [name, e] : errors.items()) {
       fmt::print("  {:>3}: max abs error {:.3g}, relative {:.3g}\n", name,

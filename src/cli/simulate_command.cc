@@ -194,6 +194,10 @@ int Run(const CLI::App& cmd, BatchArgs batch_args, const SimulateArgs& args) {
     Result<Topology> topology = Topology::Parse(args.placement.topology);
     if (!topology.ok()) return ReportError(topology.status().WithContext("--topology"));
     if (Status s = CheckDevicesPerNode(*topology, *cluster); !s.ok()) return ReportError(s);
+    if (*strategy != Strategy::kDcp && !args.planner.read_partition.empty()) {
+      return ReportError(Status::InvalidArgument(fmt::format(
+          "--read-partition gives the placement; --strategy {} has its own", args.strategy)));
+    }
     simulated = *strategy == Strategy::kDcp
                     ? WithDcp(batch_args, args, *cluster)
                     : WithBaseline(*strategy, batch_args, args, *topology, *cluster);

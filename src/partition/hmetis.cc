@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // hMETIS export and partition-file import, so external partitioners can run on the same instance.
 #include <charconv>
+#include <iterator>
 #include <cmath>
 #include <numeric>
 
@@ -80,6 +81,14 @@ Result<Placement> ReadPartition(std::string_view text, const Hypergraph& graph,
   p.compute_device.assign(parts.begin(), parts.begin() + graph.n_compute);
   p.data_device.assign(parts.begin() + graph.n_compute, parts.end());
   return p;
+}
+
+std::string WritePartition(const Placement& placement) {
+  std::string out;
+  for (const auto* devices : {&placement.compute_device, &placement.data_device}) {
+    for (const DeviceId d : *devices) fmt::format_to(std::back_inserter(out), "{}\n", d.value);
+  }
+  return out;
 }
 
 }  // namespace dcp

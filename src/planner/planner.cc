@@ -86,6 +86,35 @@ Result<PlannedBatch> PlanOnce(const Batch& batch, const PlanOptions& options) {
   return out;
 }
 
+// The caller's placement (options.placement) scheduled and compiled like one of dcp's own.
+Result<PlannedBatch> PlanGiven(const Batch& batch, const PlanOptions& options) {
+  PlannedBatch out;
+  Stopwatch watch;
+  DCP_ASSIGN_OR_RETURN(out.blocks, MakeBlocks(batch, BlockingOptions{.block_size = options.block_size,
+                                                                     .head_groups =
+                                                                         options.head_groups}));
+  out.ms.blocking = watch.Lap();
+  const Placement& given = *options.placement;
+  if (given.data_device.size() != out.blocks.data_blocks.size() ||
+      given.compute_device.size() != out.blocks.compute_blocks.size()) {
+    return Status::InvalidArgument(fmt::format(
+        "PlanOptions.placement places {} data and {} compute blocks, but block size {} cuts the "
+        "batch into {} and {}",
+        given.data_device.size(), given.compute_device.size(), options.block_size,
+        out.blocks.data_blocks.size(), out.blocks.compute_blocks.size()));
+  }
+  out.placed.placement = given;
+  DCP_ASSIGN_OR_RETURN(out.placed.report, EvaluatePlacement(BuildHypergraph(out.blocks),
+                                                            given, options.topology));
+  out.placed.balanced =
+      out.placed.report.compute_imbalance <= ComputeBound(options.topology, options.partition) &&
+      out.placed.report.memory_imbalance <= 1 + options.partition.eps_memory;
+  out.ms.placement = watch.Lap();
+  DCP_RETURN_IF_ERROR(ScheduleAndCompile(batch, options, options.divisions, &out));
+  out.plan.origin = fmt::format("given {}:{}", out.blocks.block_size, out.plan.n_divisions);
+  return out;
+}
+
 // Schedules and compiles `out`'s placement with `divisions` (0: options.division_choice picks).
 Status ScheduleAndCompile(const Batch& batch, const PlanOptions& options, int32_t divisions,
                           PlannedBatch* out) {
@@ -386,6 +415,10 @@ Status PlanOptions::Validate() const {
     return Status::InvalidArgument(
         fmt::format("PlanOptions.threads {} must be in [1, {}]", threads, kMaxThreads));
   }
+  if (placement && block_size == 0) {
+    return Status::InvalidArgument(
+        "PlanOptions.placement is given: block_size must be the block size it was made for");
+  }
   if (memory_budget_bytes < 0) {
     return Status::InvalidArgument(fmt::format(
         "PlanOptions.memory_budget_bytes {} must be >= 0 (0: no budget)", memory_budget_bytes));
@@ -417,6 +450,11 @@ Result<PlannedBatch> PlanBatch(const Batch& batch, const PlanOptions& options) {
     return Status::InvalidArgument(fmt::format("PlanOptions.head_groups {} does not divide the "
                                                "batch's {} KV heads",
                                                options.head_groups, batch.shape().kv_heads));
+  }
+  if (options.placement) {
+    DCP_ASSIGN_OR_RETURN(PlannedBatch planned, PlanGiven(batch, options));
+    DCP_RETURN_IF_ERROR(CheckMemoryBudget(planned.plan, options.memory_budget_bytes));
+    return planned;
   }
   const std::vector<Candidate> candidates = CandidatesOf(batch, options);
   if (candidates.size() == 1 && candidates.front().own) {  // every value pinned: one pass

@@ -26,6 +26,13 @@ using dcp::testing::ParseJson;
 using dcp::testing::RunDcp;
 using dcp::testing::TempPath;
 
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
 void WriteFile(const std::string& path, const std::string& contents) {
   std::ofstream out(path, std::ios::binary);
   out << contents;
@@ -301,6 +308,75 @@ TEST(CliPlan, ChecksAndReportsThePlanAsJson) {
   std::remove(path.c_str());
 }
 
+// A placement written by `dcp place --write-partition` and read back by `plan`, `simulate` and
+// `run --read-partition` is planned as dcp's own: the same plan in every byte but its origin,
+// which names the placement as given.
+TEST(CliPlan, PlansAPlacementReadFromAPartitionFile) {
+  const std::vector<std::string> batch = {"--seqlens", "600,300,200", "--topology", "1x8",
+                                          "--block-size", "128"};
+  const std::string part = TempPath(".part"), given = TempPath("_given.plan"),
+                    own = TempPath("_own.plan");
+  std::vector<std::string> place = {"place", "--eps-compute", "0.1", "--eps-inter", "0.4",
+                                    "--write-partition", part};
+  std::vector<std::string> plan_given = {"plan", "--divisions", "3", "--read-partition", part,
+                                         "-o", given};
+  std::vector<std::string> plan_own = {"plan", "--divisions", "3", "--dcp-only", "--eps-compute",
+                                       "0.1", "--eps-inter", "0.4", "-o", own};
+  for (auto* args : {&place, &plan_given, &plan_own}) {
+    args->insert(args->end(), batch.begin(), batch.end());
+    const CliRun run = RunDcp(*args);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+  }
+  auto a = dcp::DecodePlan(ReadFile(given));
+  auto b = dcp::DecodePlan(ReadFile(own));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->origin, "given 128:3");
+  EXPECT_EQ(b->origin, "dcp 128:0.1/0.4:3");
+  a->origin = b->origin;
+  std::string bytes_a, bytes_b;
+  dcp::EncodePlan(*a, &bytes_a);
+  dcp::EncodePlan(*b, &bytes_b);
+  EXPECT_EQ(bytes_a, bytes_b);
+
+  std::vector<std::string> simulate = {"simulate", "--divisions", "3", "--read-partition", part,
+                                       "--json"};
+  simulate.insert(simulate.end(), batch.begin(), batch.end());
+  EXPECT_EQ(ParseJson(RunDcp(simulate))["origin"], "given 128:3");
+  std::vector<std::string> run = {"run", "--divisions", "3", "--read-partition", part};
+  run.insert(run.end(), batch.begin(), batch.end());
+  const CliRun ran = RunDcp(run);
+  EXPECT_EQ(ran.exit_code, 0) << ran.err;
+  EXPECT_NE(ran.out.find("plan given 128:3"), std::string::npos) << ran.out;
+  for (const std::string& path : {part, given, own}) std::remove(path.c_str());
+}
+
+// What cannot go with a partition file is refused, naming the problem.
+TEST(CliPlan, RefusesAPartitionFileThatDoesNotFit) {
+  const std::string part = TempPath(".part");
+  ASSERT_EQ(RunDcp({"place", "--seqlens", "3000,1000", "--topology", "2x2", "--block-size", "512",
+                    "--write-partition", part})
+                .exit_code,
+            0);
+  const auto refused = [&](std::vector<std::string> args, const std::string& says) {
+    args.insert(args.end(), {"--read-partition", part, "--seqlens", "3000,1000"});
+    const CliRun run = RunDcp(args);
+    EXPECT_EQ(run.exit_code, 1) << run.err;
+    EXPECT_NE(run.err.find(says), std::string::npos) << run.err;
+  };
+  // Other blocks: the file has a vertex count of blocks of 512 tokens.
+  refused({"plan", "--topology", "2x2", "--block-size", "1000"}, "vertices");
+  refused({"plan", "--topology", "1x2", "--block-size", "512"}, "is not a part in [0, 2)");
+  refused({"plan", "--topology", "2x2", "--block-size", "512", "--eps-compute", "0.1"},
+          "nothing to bound");
+  refused({"simulate", "--topology", "1x8", "--block-size", "512", "--strategy", "te"},
+          "has its own");
+  const CliRun missing = RunDcp({"plan", "--seqlens", "3000,1000", "--topology", "2x2",
+                                 "--read-partition", "/nonexistent/x.part"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("x.part"), std::string::npos) << missing.err;
+  std::remove(part.c_str());
+}
+
 // The token map in --json: one array per device of runs; every token of the batch in exactly
 // one run, and `dcp place` (before compiling) prints the same map as `dcp plan`.
 TEST(CliPlan, PrintsTheTokenMapOfEveryDevice) {
@@ -388,13 +464,6 @@ TEST(CliRun, RejectsAnUnavailableCommunicator) {
 }  // namespace
 
 namespace {
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
-}
 
 TEST(CliBench, QuickRunWritesTheTableCsvAndFigure) {
   const std::string dir = TempPath("_bench");

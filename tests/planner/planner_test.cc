@@ -285,6 +285,45 @@ TEST(PlanBatch, TuningSkipsCandidatesAboveTheMemoryBudget) {
       << none.status().ToString();
 }
 
+// A placement given by the caller is scheduled and compiled as dcp's own would be: the plan of
+// the pinned single pass that made it, but for its origin. Any other placement of the same blocks
+// (here: every block on the device of its sequence's first block, the queries' device computing)
+// is planned too and validates; one that does not fit the blocks is refused.
+TEST(PlanBatch, PlansAGivenPlacement) {
+  const Batch batch = TestBatch();
+  const PlanOptions pinned = On2x4([](PlanOptions& o) { Pin(o, 512); });
+  auto own = PlanBatch(batch, pinned);
+  ASSERT_TRUE(own.ok()) << own.status().ToString();
+  PlanOptions given = pinned;
+  given.placement = own->placed.placement;
+  auto replanned = PlanBatch(batch, given);
+  ASSERT_TRUE(replanned.ok()) << replanned.status().ToString();
+  EXPECT_EQ(replanned->plan.origin, fmt::format("given 512:{}", own->plan.n_divisions));
+  replanned->plan.origin = own->plan.origin;
+  EXPECT_EQ(replanned->plan, own->plan);
+  EXPECT_EQ(replanned->placed.report.km1_bytes, own->placed.report.km1_bytes);
+
+  Placement by_sequence;
+  const BlockSet& blocks = own->blocks;
+  for (const DataBlock& b : blocks.data_blocks) {
+    by_sequence.data_device.push_back(DeviceId{b.sequence.value % k2x4.devices()});
+  }
+  for (const ComputeBlock& c : blocks.compute_blocks) {
+    by_sequence.compute_device.push_back(by_sequence.data_device[c.q_block.value]);
+  }
+  given.placement = by_sequence;
+  auto other = PlanBatch(batch, given);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_TRUE(ValidatePlan(other->plan).ok());
+  EXPECT_EQ(other->placed.placement.data_device, by_sequence.data_device);
+
+  given.placement->compute_device.pop_back();
+  EXPECT_NE(PlanBatch(batch, given).status().message().find("compute blocks"), std::string::npos);
+  given.placement = by_sequence;
+  given.placement->data_device.front() = DeviceId{k2x4.devices()};
+  EXPECT_EQ(PlanBatch(batch, given).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(PlanBatch, RejectsBadOptionsNamingThem) {
   const Batch batch = TestBatch();
   const std::vector<std::pair<PlanOptions, const char*>> cases = {
@@ -294,7 +333,8 @@ TEST(PlanBatch, RejectsBadOptionsNamingThem) {
       {On2x4([](PlanOptions& o) { o.tuning.block_sizes = {0}; }), "tuning.block_sizes"},
       {On2x4([](PlanOptions& o) { o.tuning.tolerances = {{-1, 0.4}}; }), "tuning.tolerances"},
       {On2x4([](PlanOptions& o) { o.tuning.max_candidates = 0; }), "tuning.max_candidates"},
-      {On2x4([](PlanOptions& o) { o.topology.nodes = 0; }), "topology"}};
+      {On2x4([](PlanOptions& o) { o.topology.nodes = 0; }), "topology"},
+      {On2x4([](PlanOptions& o) { o.placement = Placement{}; }), "placement"}};
   for (const auto& [options, field] : cases) {
     auto planned = PlanBatch(batch, options);
     EXPECT_EQ(planned.status().code(), StatusCode::kInvalidArgument) << field;
