@@ -51,7 +51,72 @@ struct RunArgs {
   std::string dump;
   bool json = false;
   bool no_reference = false;  // run only: no gathering, no dense reference, no check
+  bool force = false;         // run even above the memory and reference-time limits
 };
+
+// The dense reference's speed on one core, in the FLOPs dcp counts (forward 4 and backward 10 per
+// query-key pair, head and head dimension): 1.3-1.5 GFLOP/s measured on the project's 2-core
+// machine (a 4096-token causal sequence, 8 heads, head dim 128: 94 s). Estimates use 1 GFLOP/s, so
+// they err long.
+constexpr double kReferenceFlopsPerSecond = 1e9;
+// Without --force, `dcp run` refuses a dense reference estimated longer than this, and a local
+// run needing more than this fraction of the machine's memory.
+constexpr double kMaxReferenceSeconds = 600;
+constexpr double kMaxMemoryFraction = 0.8;
+
+double ReferenceSeconds(const Batch& batch) {
+  double area = 0;
+  for (const Mask& mask : batch.masks()) area += static_cast<double>(mask.TotalArea());
+  const AttentionShape& s = batch.shape();
+  return area * 14 * static_cast<double>(s.heads * s.head_dim) / kReferenceFlopsPerSecond;
+}
+
+// InvalidArgument when the dense reference would take longer than the limit, unless forced.
+Status CheckReferenceTime(const RunArgs& args, const Batch& batch) {
+  const double seconds = ReferenceSeconds(batch);
+  if (args.force || args.no_reference || seconds <= kMaxReferenceSeconds) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "the dense reference check of {} tokens would take about {:.0f} minutes on one core (the "
+      "limit is {:.0f}); pass --no-reference to run without it, or --force to wait",
+      batch.total_tokens(), seconds / 60, kMaxReferenceSeconds / 60));
+}
+
+// Bytes a local run holds at once: the whole batch's inputs and outputs (twice with the
+// reference, which also accumulates dK and dV in double), and every device's buffers at its peak.
+double LocalRunBytes(const Plan& plan, int64_t tokens, bool reference) {
+  const AttentionShape& s = plan.shape;
+  const double floats_per_token =
+      static_cast<double>(4 * s.heads * s.head_dim + 4 * s.kv_heads * s.head_dim + s.heads);
+  double bytes = static_cast<double>(tokens) * floats_per_token * sizeof(float);
+  if (reference) {
+    bytes = 2 * bytes + static_cast<double>(tokens * 2 * s.kv_heads * s.head_dim) * sizeof(double);
+  }
+  for (const int64_t peak : PeakBufferBytesPerDevice(plan)) bytes += static_cast<double>(peak);
+  return bytes;
+}
+
+// InvalidArgument when a local run would need more than the limit of the machine's memory,
+// unless forced.
+Status CheckLocalMemory(const RunArgs& args, const Plan& plan, int64_t tokens) {
+  const double bytes = LocalRunBytes(plan, tokens, !args.no_reference);
+  const double machine = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+                         static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (args.force || machine <= 0 || bytes <= kMaxMemoryFraction * machine) return Status::Ok();
+  constexpr double kGiB = 1 << 30;
+  return Status::InvalidArgument(fmt::format(
+      "this run needs about {:.1f} GiB in one process (the batch's tensors{} and all {} devices' "
+      "buffers), more than {:.0f}% of this machine's {:.1f} GiB; use fewer --tokens,{} --comm "
+      "mpi, or --force",
+      bytes / kGiB, args.no_reference ? "" : " twice, for the reference", plan.topology.devices(),
+      kMaxMemoryFraction * 100, machine / kGiB, args.no_reference ? "" : " --no-reference,"));
+}
+
+// One line of progress on stderr, when it is a terminal and the output is not --json.
+void Progress(const RunArgs& args, const std::string& line) {
+  if (args.json || !::isatty(STDERR_FILENO)) return;
+  std::fprintf(stderr, "dcp run: %s\n", line.c_str());
+  std::fflush(stderr);
+}
 
 // NumPy .npy (format 1.0) of a float32 array.
 Status WriteNpy(const std::filesystem::path& path, const std::vector<float>& data,
@@ -231,7 +296,13 @@ int RunLocal(const BatchArgs& batch_args, const RunArgs& args) {
   const Batch& batch = planned->batch;
   const Plan& plan = planned->planned.plan;
   RunTimes ms{.plan = planned->planned.ms.total()};
+  if (Status s = CheckReferenceTime(args, batch); !s.ok()) return ReportError(s);
+  if (Status s = CheckLocalMemory(args, plan, batch.total_tokens()); !s.ok()) {
+    return ReportError(s);
+  }
 
+  Progress(args, fmt::format("running forward and backward on {} devices ({})",
+                             plan.topology.devices(), plan.origin));
   Stopwatch watch;
   BatchTensors run = BatchTensors::ZerosFor(plan);
   FillInputs(batch_args.seed, batch.shape().dtype, plan, run);
@@ -242,6 +313,8 @@ int RunLocal(const BatchArgs& batch_args, const RunArgs& args) {
   }
   ms.run = watch.Lap();
   if (args.no_reference) return ReportRunOnly(args, plan, 0, ms);
+  Progress(args, fmt::format("dense reference check, about {:.0f} s on one core",
+                             ReferenceSeconds(batch)));
   DenseAttention(batch, 0, reference);
   ms.reference = watch.Lap();
   return CheckAndReport(args, batch, plan, run, reference, ms);
@@ -424,6 +497,8 @@ Result<int> RunRankSteps(const BatchArgs& batch_args, const RunArgs& args, Commu
   tensors.v = reference.v;
   tensors.d_o = reference.d_o;
   watch.Lap();
+  Progress(args, fmt::format("dense reference check, about {:.0f} s on one core",
+                             ReferenceSeconds(planned->batch)));
   DenseAttention(planned->batch, 0, reference);
   ms.reference = watch.Lap();
   return CheckAndReport(args, planned->batch, planned->planned.plan, tensors, reference, ms);
@@ -439,6 +514,9 @@ Result<int> RunRank(const BatchArgs& batch_args, const RunArgs& args, Communicat
         "start one rank per device (mpirun -np {})",
         topology.devices(), topology.ToString(), comm.size(), topology.devices()));
   }
+  // Rank 0 alone runs the reference, but every rank can tell from the batch that it is too long.
+  DCP_ASSIGN_OR_RETURN(const Batch batch, BuildBatch(batch_args));
+  DCP_RETURN_IF_ERROR(CheckReferenceTime(args, batch));
   Result<int> result = RunRankSteps(batch_args, args, comm);
   if (!result.ok()) comm.Fail(result.status());
   return result;
@@ -536,6 +614,9 @@ CommandRunner AddRunCommand(CLI::App& app) {
   AddPlannerOptions(*cmd, args->planner);
   cmd->add_flag("--no-reference", args->no_reference,
                 "Only run: no dense reference, no check (and over MPI, no gathering on rank 0)");
+  cmd->add_flag("--force", args->force,
+                "Run even when the dense reference would take over 10 minutes or a local run "
+                "would need over 80% of this machine's memory");
   cmd->add_option("--dump", args->dump, "Write the batch as .npy files and batch.json here");
   cmd->add_flag("--json", args->json, "Print one JSON object");
   return [cmd, batch_args, args]() -> int {

@@ -455,6 +455,24 @@ TEST(CliRun, MatchesTheDenseReferenceAndDumpsTheBatch) {
   EXPECT_NE(head.find("'shape': (377, 8, 16)"), std::string::npos) << head;
 }
 
+// A run the machine cannot hold, or whose dense reference would take hours, is refused before it
+// allocates or starts, naming the way out.
+TEST(CliRun, RefusesARunTooBigForTheMachineOrTheReference) {
+  const CliRun memory =
+      RunDcp({"run", "--seqlens", "65536", "--heads", "256", "--kv-heads", "256", "--head-dim",
+              "256", "--topology", "1x4", "--block-size", "16384", "--no-reference"});
+  EXPECT_EQ(memory.exit_code, 1);
+  EXPECT_NE(memory.err.find("GiB in one process"), std::string::npos) << memory.err;
+  EXPECT_NE(memory.err.find("--force"), std::string::npos) << memory.err;
+  const CliRun reference = RunDcp({"run", "--seqlens", "131072", "--topology", "4x8",
+                                   "--block-size", "4096", "--divisions", "2"});
+  EXPECT_EQ(reference.exit_code, 1);
+  EXPECT_NE(reference.err.find("dense reference check of 131072 tokens would take about"),
+            std::string::npos)
+      << reference.err;
+  EXPECT_NE(reference.err.find("--no-reference"), std::string::npos) << reference.err;
+}
+
 TEST(CliRun, RejectsAnUnavailableCommunicator) {
   const CliRun r = RunDcp({"run", "--seqlens", "100", "--comm", "mpi"});
   EXPECT_NE(r.exit_code, 0);
