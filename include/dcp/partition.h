@@ -71,7 +71,7 @@ struct Hypergraph {
 };
 
 // Which traffic the net weights count. The forward-only model is the one of the original DCP and of
-// the reference instances in ../shared/reference/partitioners.md; dcp plans with both passes.
+// the reference partitioning instances of bench/partition_bench.cc; dcp plans with both passes.
 enum class TrafficModel { kForwardAndBackward, kForwardOnly };
 
 Hypergraph BuildHypergraph(const BlockSet& blocks,
