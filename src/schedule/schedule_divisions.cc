@@ -245,11 +245,7 @@ class DivisionScheduler {
   void OrderRemoteTiles(int32_t d) {
     std::vector<int32_t> intra, inter;
     for (int32_t c : remote_[d]) (NeedsOtherNode(c, d) ? inter : intra).push_back(c);
-    const auto by_row = [&](int32_t a, int32_t b) {
-      const ComputeBlock &x = blocks_.compute_blocks[a], &y = blocks_.compute_blocks[b];
-      return std::tie(x.q_block, x.head_group, x.kv_block) <
-             std::tie(y.q_block, y.head_group, y.kv_block);
-    };
+    const auto by_row = [&](int32_t a, int32_t b) { return RingKey(a, d) < RingKey(b, d); };
     std::sort(intra.begin(), intra.end(), by_row);
     std::sort(inter.begin(), inter.end(), by_row);
     int64_t total = 0;
@@ -262,6 +258,16 @@ class DivisionScheduler {
     tiles.assign(intra.begin(), middle);
     tiles.insert(tiles.end(), inter.begin(), inter.end());
     tiles.insert(tiles.end(), middle, intra.end());
+  }
+  // Device d's order of tile c: by how far back, round the ring of devices, the owner of its
+  // remote input sits (the predecessor first), then by row. At any moment every device then
+  // fetches from a different owner, as in ring attention, instead of all of them fetching the
+  // same early blocks from one owner at once.
+  std::tuple<int32_t, int32_t, int32_t, int32_t> RingKey(int32_t c, int32_t d) const {
+    const ComputeBlock& cb = blocks_.compute_blocks[c];
+    const int32_t devices = topology_.devices();
+    const int32_t owner = Owner(cb.kv_block) != d ? Owner(cb.kv_block) : Owner(cb.q_block);
+    return {(d - owner + devices) % devices, cb.q_block.value, cb.head_group, cb.kv_block.value};
   }
   bool NeedsOtherNode(int32_t c, int32_t d) const {
     const ComputeBlock& cb = blocks_.compute_blocks[c];
