@@ -379,6 +379,21 @@ TEST(CliRun, MatchesTheDenseReferenceAndDumpsTheBatch) {
   EXPECT_NE(head.find("'shape': (377, 8, 16)"), std::string::npos) << head;
 }
 
+// --strategy runs a baseline's plan (here FCP, MagiAttention and zigzag) instead of dcp's; an
+// unknown name is an error naming the option.
+TEST(CliRun, RunsABaselinesPlanAgainstTheDenseReference) {
+  for (const char* strategy : {"fcp", "magi", "zigzag"}) {
+    const CliRun r = RunDcp({"run", "--seqlens", "600,200,77", "--head-dim", "16", "--topology",
+                             "1x4", "--strategy", strategy, "--json"});
+    const nlohmann::json j = ParseJson(r);
+    EXPECT_TRUE(j.value("within_tolerance", false)) << strategy << ": " << r.out;
+    EXPECT_EQ(j.value("devices", 0), 4) << strategy;
+  }
+  const CliRun bad = RunDcp({"run", "--seqlens", "100", "--strategy", "megatron"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--strategy: unknown strategy 'megatron'"), std::string::npos) << bad.err;
+}
+
 TEST(CliRun, RejectsAnUnavailableCommunicator) {
   const CliRun r = RunDcp({"run", "--seqlens", "100", "--comm", "mpi"});
   EXPECT_NE(r.exit_code, 0);
