@@ -16,6 +16,14 @@
 //  - loongtrain: LoongTrain double ring: head parallel h = min(KV heads, P) as te, the P / h
 //              context ranks form outer rings of inner rings of `inner_ring` ranks; KV goes round
 //              the inner ring, then moves one hop on the outer ring.
+// Two dynamic strategies of 2025-2026 are expressed the same way (src/baselines/fcp.cc, magi.cc;
+// what each models, and from which source, is in docs/baselines.md):
+//  - fcp:      Flexible Context Parallelism: blocks of `fcp_block_tokens`, a causal sequence's
+//              blocks paired i with n-1-i, pairs placed longest first on the least-loaded device;
+//              KV sent peer to peer in congestion-free rounds (one division per round).
+//  - magi:     MagiAttention: the packed batch cut into chunks of `magi_chunk_size` tokens, every
+//              rank holding as many chunks (+-1), chosen to balance mask area; KV group-cast to the
+//              ranks that need it, overlapped in 1 + `magi_overlap_degree` stages.
 // A ring step is one division (division 0 holds only tiles whose inputs are all local). Chunks are
 // nearly equal (sizes differ by at most one token); the padding the real systems need (TE and
 // zigzag: every sequence to a multiple of 2P tokens) is reported in `padded_tokens`, not computed.
@@ -37,9 +45,9 @@
 
 namespace dcp {
 
-enum class Strategy : uint8_t { kDcp, kRing, kZigzag, kUlysses, kTe, kLoongTrain };
+enum class Strategy : uint8_t { kDcp, kRing, kZigzag, kUlysses, kTe, kLoongTrain, kFcp, kMagi };
 
-// "dcp", "ring", "zigzag", "ulysses", "te", "loongtrain".
+// "dcp", "ring", "zigzag", "ulysses", "te", "loongtrain", "fcp", "magi".
 std::string_view ToString(Strategy strategy);
 Result<Strategy> ParseStrategy(std::string_view name);
 
@@ -48,9 +56,29 @@ struct BaselineOptions {
   // LoongTrain: context ranks per inner ring; must divide P / h. (The paper searches 1, 2, 4, 8
   // and keeps the fastest; callers with a cost model do that search.)
   int32_t inner_ring = 1;
+  // FCP: tokens per block; every sequence is cut into blocks of this size, its last one shorter.
+  // 4096 is the block size of the paper's evaluation (one summary says 1K). Must be >= 1.
+  int64_t fcp_block_tokens = 4096;
+  // MagiAttention: tokens per dispatch chunk. 0 takes MagiAttention's default, ceil(total tokens /
+  // (kMagiMinChunksPerRank * devices)); a positive value is capped at that, as MagiAttention caps
+  // a given chunk_size. Must be >= 0.
+  int64_t magi_chunk_size = 0;
+  // MagiAttention: remote stages after the local one (OverlapConfig.degree, default 1: the local
+  // attention overlaps the group-cast of all remote KV, then the remote attention runs). Each stage
+  // is one division. Must be in [1, kMaxMagiOverlapDegree].
+  int32_t magi_overlap_degree = 1;
 
   Status Validate() const;
 };
+
+// MagiAttention's MAGI_ATTENTION_MIN_CHUNKS_PER_RANK default, which sets its default chunk size.
+inline constexpr int64_t kMagiMinChunksPerRank = 8;
+// MagiAttention's OverlapConfig.max_num_chunks default, the most stages it splits remote KV into.
+inline constexpr int32_t kMaxMagiOverlapDegree = 64;
+
+// The chunk size MagiAttention uses for a batch of `total_tokens` tokens under `options`
+// (magi_chunk_size, capped or defaulted as documented there). REQUIRES: total_tokens >= 1.
+int64_t MagiChunkTokens(int64_t total_tokens, const BaselineOptions& options);
 
 struct BaselinePlan {
   BlockSet blocks;     // the strategy's chunks as data blocks, their tiles as compute blocks
@@ -66,7 +94,7 @@ std::vector<int32_t> LoongTrainInnerRings(const AttentionShape& shape, const Top
 
 // Plans `batch` the way `strategy` (not kDcp) would. Returns InvalidArgument for bad options and
 // Unsupported where the strategy cannot run the batch on the topology (ulysses when P does not
-// divide the KV heads), with the reason.
+// divide the KV heads), with the reason. fcp and magi plan every batch and mask.
 Result<BaselinePlan> PlanBaseline(Strategy strategy, const Batch& batch,
                                   const BaselineOptions& options);
 

@@ -131,8 +131,9 @@ def plan(
 
 
 def plan_baseline(strategy: str, batch: Batch, topology: Topology, *, inner_ring: int = 1) -> Plan:
-    """The plan of a static strategy in dcp's IR: ``"ring"``, ``"zigzag"``, ``"ulysses"``,
-    ``"te"`` or ``"loongtrain"`` (``inner_ring``: LoongTrain's context ranks per inner ring).
+    """The plan of another strategy in dcp's IR: ``"ring"``, ``"zigzag"``, ``"ulysses"``,
+    ``"te"``, ``"loongtrain"`` (``inner_ring``: LoongTrain's context ranks per inner ring),
+    ``"fcp"`` or ``"magi"`` (their default options, docs/baselines.md).
 
     Raises ValueError for an unknown strategy or one that cannot run the batch on the topology.
     """

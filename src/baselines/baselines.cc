@@ -12,11 +12,13 @@
 //   (division 1); division 0 is empty. With h = 1, step s is division s.
 //   At every later step each device receives, from its ring predecessor, the KV that predecessor
 //   held (the whole position's KV, needed or not: the pattern is the strategy's, not the mask's).
+#include "dcp/baselines.h"
+
 #include <algorithm>
 #include <numeric>
 #include <tuple>
 
-#include "dcp/baselines.h"
+#include "baselines/peer_strategies.h"
 #include "dcp/schedule.h"
 
 namespace dcp {
@@ -99,6 +101,10 @@ Result<Layout> MakeLayout(Strategy strategy, const AttentionShape& shape,
       break;
     case Strategy::kDcp:
       return Status::InvalidArgument("dcp is not a baseline: plan it with the planner");
+    case Strategy::kFcp:
+    case Strategy::kMagi:
+      return Status::Internal(
+          fmt::format("{} has no ring layout (PlanBaseline plans it)", ToString(strategy)));
   }
   if (strategy != Strategy::kLoongTrain) layout.inner_ring = layout.ranks;
   return layout;
@@ -239,17 +245,22 @@ std::string_view ToString(Strategy strategy) {
       return "te";
     case Strategy::kLoongTrain:
       return "loongtrain";
+    case Strategy::kFcp:
+      return "fcp";
+    case Strategy::kMagi:
+      return "magi";
   }
   return "unknown";
 }
 
 Result<Strategy> ParseStrategy(std::string_view name) {
   for (Strategy s : {Strategy::kDcp, Strategy::kRing, Strategy::kZigzag, Strategy::kUlysses,
-                     Strategy::kTe, Strategy::kLoongTrain}) {
+                     Strategy::kTe, Strategy::kLoongTrain, Strategy::kFcp, Strategy::kMagi}) {
     if (ToString(s) == name) return s;
   }
   return Status::InvalidArgument(fmt::format(
-      "unknown strategy '{}' (expected dcp, ring, zigzag, ulysses, te or loongtrain)", name));
+      "unknown strategy '{}' (expected dcp, ring, zigzag, ulysses, te, loongtrain, fcp or magi)",
+      name));
 }
 
 std::vector<int32_t> LoongTrainInnerRings(const AttentionShape& shape, const Topology& topology) {
@@ -266,16 +277,40 @@ Status BaselineOptions::Validate() const {
   if (inner_ring < 1) {
     return Status::InvalidArgument(fmt::format("inner_ring={} is not positive", inner_ring));
   }
+  if (fcp_block_tokens < 1 || fcp_block_tokens > kMaxSequenceLength) {
+    return Status::InvalidArgument(
+        fmt::format("fcp_block_tokens={} is not in [1, {}]", fcp_block_tokens, kMaxSequenceLength));
+  }
+  if (magi_chunk_size < 0) {
+    return Status::InvalidArgument(fmt::format(
+        "magi_chunk_size={} is negative (0: MagiAttention's default)", magi_chunk_size));
+  }
+  if (magi_overlap_degree < 1 || magi_overlap_degree > kMaxMagiOverlapDegree) {
+    return Status::InvalidArgument(fmt::format("magi_overlap_degree={} is not in [1, {}]",
+                                               magi_overlap_degree, kMaxMagiOverlapDegree));
+  }
   return Status::Ok();
+}
+
+int64_t MagiChunkTokens(int64_t total_tokens, const BaselineOptions& options) {
+  const int64_t ranks = options.topology.devices();
+  const int64_t chunks = kMagiMinChunksPerRank * ranks;
+  const int64_t automatic = (total_tokens + chunks - 1) / chunks;
+  return options.magi_chunk_size > 0 ? std::min(automatic, options.magi_chunk_size) : automatic;
 }
 
 Result<BaselinePlan> PlanBaseline(Strategy strategy, const Batch& batch,
                                   const BaselineOptions& options) {
   DCP_RETURN_IF_ERROR(options.Validate());
-  DCP_ASSIGN_OR_RETURN(const Layout layout, MakeLayout(strategy, batch.shape(), options));
   BaselinePlan out;
-  MakeBlocksAndPlacement(layout, batch, &out);
-  out.padded_tokens = PaddedTokens(layout, batch, options.topology.devices());
+  if (strategy == Strategy::kFcp || strategy == Strategy::kMagi) {
+    DCP_ASSIGN_OR_RETURN(out, strategy == Strategy::kFcp ? internal::PlanFcp(batch, options)
+                                                         : internal::PlanMagi(batch, options));
+  } else {
+    DCP_ASSIGN_OR_RETURN(const Layout layout, MakeLayout(strategy, batch.shape(), options));
+    MakeBlocksAndPlacement(layout, batch, &out);
+    out.padded_tokens = PaddedTokens(layout, batch, options.topology.devices());
+  }
   DCP_ASSIGN_OR_RETURN(out.plan, CompilePlan(batch, out.blocks, out.placement, out.schedule,
                                              options.topology));
   out.plan.origin = strategy == Strategy::kLoongTrain

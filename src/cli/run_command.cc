@@ -38,6 +38,7 @@
 
 #include "cli/commands.h"
 #include "cli/planning.h"
+#include "dcp/baselines.h"
 #include "dcp/runtime.h"
 
 namespace dcp::cli {
@@ -45,6 +46,7 @@ namespace {
 
 struct RunArgs {
   PlacementArgs placement;
+  std::string strategy = "dcp";  // dcp's planner, or a baseline's plan (include/dcp/baselines.h)
   std::string comm = "local";
   double comm_timeout_s = 30;  // a device gives up after this long without progress
   PlannerArgs planner;
@@ -215,6 +217,29 @@ struct RunTimes {  // milliseconds
   double plan = 0, run = 0, reference = 0;
 };
 
+// The batch planned by dcp's planner or, with --strategy, by a baseline on --topology with its
+// default options (loongtrain: an inner ring of 1).
+Result<PlannedFromArgs> PlanForRun(const BatchArgs& batch_args, const RunArgs& args) {
+  Result<Strategy> strategy = ParseStrategy(args.strategy);
+  if (!strategy.ok()) return strategy.status().WithContext("--strategy");
+  if (*strategy == Strategy::kDcp) return PlanFromArgs(batch_args, args.placement, args.planner);
+  if (!args.planner.read_partition.empty()) {
+    return Status::InvalidArgument(fmt::format(
+        "--read-partition gives the placement; --strategy {} has its own", args.strategy));
+  }
+  Result<Topology> topology = Topology::Parse(args.placement.topology);
+  if (!topology.ok()) return topology.status().WithContext("--topology");
+  DCP_ASSIGN_OR_RETURN(Batch batch, BuildBatch(batch_args));
+  Stopwatch watch;
+  DCP_ASSIGN_OR_RETURN(BaselinePlan baseline,
+                       PlanBaseline(*strategy, batch, BaselineOptions{.topology = *topology}));
+  PlannedFromArgs out{.batch = std::move(batch), .planned = {}};
+  out.planned.blocks = std::move(baseline.blocks);
+  out.planned.plan = std::move(baseline.plan);
+  out.planned.ms.compile = watch.Lap();
+  return out;
+}
+
 // Compares the outputs of `run` with the dense `reference`, writes --dump, prints the table or
 // --json, and returns the exit code: 0 when every output is within tolerance.
 int CheckAndReport(const RunArgs& args, const Batch& batch, const Plan& plan,
@@ -291,7 +316,7 @@ int ReportRunOnly(const RunArgs& args, const Plan& plan, int32_t rank, const Run
 }
 
 int RunLocal(const BatchArgs& batch_args, const RunArgs& args) {
-  Result<PlannedFromArgs> planned = PlanFromArgs(batch_args, args.placement, args.planner);
+  Result<PlannedFromArgs> planned = PlanForRun(batch_args, args);
   if (!planned.ok()) return ReportError(planned.status());
   const Batch& batch = planned->batch;
   const Plan& plan = planned->planned.plan;
@@ -463,7 +488,7 @@ Result<int> RunRankSteps(const BatchArgs& batch_args, const RunArgs& args, Commu
   std::optional<PlannedFromArgs> planned;  // rank 0 only
   std::vector<std::string> parts;          // rank 0 only
   if (rank == 0) {
-    Result<PlannedFromArgs> made = PlanFromArgs(batch_args, args.placement, args.planner);
+    Result<PlannedFromArgs> made = PlanForRun(batch_args, args);
     if (!made.ok()) return made.status().WithContext("planning");
     planned.emplace(std::move(made).value());
     ms.plan = planned->planned.ms.total();
@@ -612,6 +637,10 @@ CommandRunner AddRunCommand(CLI::App& app) {
           "SECONDS > 0"))
       ->capture_default_str();
   AddPlannerOptions(*cmd, args->planner);
+  cmd->add_option("--strategy", args->strategy,
+                  "dcp | ring | zigzag | ulysses | te | loongtrain | fcp | magi: plan with dcp's "
+                  "planner or as that strategy would (its default options)")
+      ->capture_default_str();
   cmd->add_flag("--no-reference", args->no_reference,
                 "Only run: no dense reference, no check (and over MPI, no gathering on rank 0)");
   cmd->add_flag("--force", args->force,

@@ -320,7 +320,8 @@ CommandRunner AddSimulateCommand(CLI::App& app) {
   AddPlannerOptions(*cmd, args->planner);
   cmd->add_option("--plan", args->plan_file,
                   "Simulate this plan file (written by `dcp plan -o`) instead of planning");
-  cmd->add_option("--strategy", args->strategy, "dcp | ring | zigzag | ulysses | te | loongtrain")
+  cmd->add_option("--strategy", args->strategy,
+                  "dcp | ring | zigzag | ulysses | te | loongtrain | fcp | magi")
       ->capture_default_str();
   cmd->add_option("--model", args->model,
                   "Add the rest of each transformer layer: llama3-8b or "

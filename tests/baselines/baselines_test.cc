@@ -236,10 +236,15 @@ TEST(PlanBaseline, LoongTrainHopsInsideInnerRingsAndOnceAcrossThem) {
 
 TEST(PlanBaseline, StrategyNamesRoundTrip) {
   for (Strategy s : {Strategy::kDcp, Strategy::kRing, Strategy::kZigzag, Strategy::kUlysses,
-                     Strategy::kTe, Strategy::kLoongTrain}) {
+                     Strategy::kTe, Strategy::kLoongTrain, Strategy::kFcp, Strategy::kMagi}) {
     EXPECT_EQ(*ParseStrategy(ToString(s)), s);
   }
   EXPECT_EQ(ParseStrategy("megatron").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(ParseStrategy("megatron")
+                .status()
+                .message()
+                .find("(expected dcp, ring, zigzag, ulysses, te, loongtrain, fcp or magi)"),
+            std::string::npos);
   const Batch batch = MakeBatch({8}, "causal", kShape);
   EXPECT_EQ(PlanBaseline(Strategy::kDcp, batch, {.topology = {1, 2}}).status().code(),
             StatusCode::kInvalidArgument);

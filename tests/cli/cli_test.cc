@@ -370,6 +370,8 @@ TEST(CliPlan, RefusesAPartitionFileThatDoesNotFit) {
           "nothing to bound");
   refused({"simulate", "--topology", "1x8", "--block-size", "512", "--strategy", "te"},
           "has its own");
+  refused({"run", "--topology", "2x2", "--block-size", "512", "--strategy", "fcp"},
+          "has its own");
   const CliRun missing = RunDcp({"plan", "--seqlens", "3000,1000", "--topology", "2x2",
                                  "--read-partition", "/nonexistent/x.part"});
   EXPECT_EQ(missing.exit_code, 1);
@@ -471,6 +473,21 @@ TEST(CliRun, RefusesARunTooBigForTheMachineOrTheReference) {
             std::string::npos)
       << reference.err;
   EXPECT_NE(reference.err.find("--no-reference"), std::string::npos) << reference.err;
+}
+
+// --strategy runs a baseline's plan (here FCP, MagiAttention and zigzag) instead of dcp's; an
+// unknown name is an error naming the option.
+TEST(CliRun, RunsABaselinesPlanAgainstTheDenseReference) {
+  for (const char* strategy : {"fcp", "magi", "zigzag"}) {
+    const CliRun r = RunDcp({"run", "--seqlens", "600,200,77", "--head-dim", "16", "--topology",
+                             "1x4", "--strategy", strategy, "--json"});
+    const nlohmann::json j = ParseJson(r);
+    EXPECT_TRUE(j.value("within_tolerance", false)) << strategy << ": " << r.out;
+    EXPECT_EQ(j.value("devices", 0), 4) << strategy;
+  }
+  const CliRun bad = RunDcp({"run", "--seqlens", "100", "--strategy", "megatron"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--strategy: unknown strategy 'megatron'"), std::string::npos) << bad.err;
 }
 
 TEST(CliRun, RejectsAnUnavailableCommunicator) {

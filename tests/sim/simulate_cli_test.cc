@@ -70,6 +70,29 @@ TEST(CliSimulate, SimulatesRingOnTheSameBatch) {
   ExpectSimulated(j, "ring");
 }
 
+// FCP and MagiAttention go through the same path as the static baselines: JSON and the table.
+TEST(CliSimulate, SimulatesFcpAndMagi) {
+  // FCP's 4096-token blocks: the long sequence is 16 pairs, one per device, across both nodes.
+  const std::vector<std::string> fcp_batch = {"simulate", "--seqlens", "131072,8192", "--topology",
+                                              "2x8"};
+  for (const auto& [strategy, batch] :
+       {std::pair{"fcp", fcp_batch}, std::pair{"magi", SmallBatch({})}}) {
+    SCOPED_TRACE(strategy);
+    std::vector<std::string> args = batch;
+    args.insert(args.end(), {"--strategy", strategy});
+    const CliRun table = RunDcp(args);
+    ASSERT_EQ(table.exit_code, 0) << table.err;
+    EXPECT_NE(table.out.find(std::string(strategy) + " on p4de, topology 2x8"), std::string::npos)
+        << table.out;
+    EXPECT_NE(table.out.find("compute imbalance"), std::string::npos) << table.out;
+    args.push_back("--json");
+    const nlohmann::json j = ParseJson(RunDcp(args));
+    ExpectSimulated(j, strategy);
+    EXPECT_EQ(j.value("origin", ""), strategy);
+    EXPECT_TRUE(j.contains("padded_tokens"));
+  }
+}
+
 TEST(CliSimulate, KeepsTheFastestLoongTrainInnerRing) {
   const nlohmann::json j = ParseJson(RunDcp(SmallBatch({"--strategy", "loongtrain", "--json"})));
   ExpectSimulated(j, "loongtrain");
