@@ -34,6 +34,7 @@
 // again (the real ones keep them, in their head-parallel layout, from the forward pass).
 #pragma once
 
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -84,13 +85,29 @@ struct BaselinePlan {
   BlockSet blocks;     // the strategy's chunks as data blocks, their tiles as compute blocks
   Placement placement;
   Schedule schedule;
-  Plan plan;  // origin: the strategy's name ("zigzag"; LoongTrain: "loongtrain:<inner ring>")
+  Plan plan;  // origin: the variant's name (BaselineVariant::name)
   int64_t padded_tokens = 0;  // tokens the real system would add to meet its divisibility rule
 };
 
 // The LoongTrain inner ring sizes the paper searches (1, 2, 4, 8) that divide the context ranks
 // of `topology` for this shape (devices / gcd(KV heads, devices)).
 std::vector<int32_t> LoongTrainInnerRings(const AttentionShape& shape, const Topology& topology);
+
+// One configuration of a strategy, as its users would try it, and its name (Plan::origin).
+struct BaselineVariant {
+  BaselineOptions options;
+  std::string name;  // "zigzag", "loongtrain:2", "fcp:2048", "magi:1"
+};
+
+// FCP's block sizes tried: the paper's evaluation's (4096) and the others reported or common.
+inline constexpr int64_t kFcpBlockTokens[] = {1024, 2048, 4096};
+
+// The configurations of `strategy` (not kDcp) a fair comparison tries on `topology`, the fastest
+// to be kept: LoongTrain's inner rings (LoongTrainInnerRings, as in the DCP paper), FCP's block
+// sizes kFcpBlockTokens; MagiAttention and the others with their default options (Magi's chunk
+// size and overlap degree are its defaults, what its Megatron backend uses untuned).
+std::vector<BaselineVariant> BaselineVariants(Strategy strategy, const AttentionShape& shape,
+                                              const Topology& topology);
 
 // Plans `batch` the way `strategy` (not kDcp) would. Returns InvalidArgument for bad options and
 // Unsupported where the strategy cannot run the batch on the topology (ulysses when P does not

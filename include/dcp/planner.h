@@ -38,8 +38,9 @@ enum class DivisionChoice : uint8_t {
 };
 
 // What the planner tunes when PlanOptions leaves a value open. Every (block size, tolerances)
-// pair is one candidate placement of dcp's own; with `static_layouts`, the static layouts of
-// include/dcp/baselines.h (ring, zigzag, TransformerEngine, LoongTrain at each inner ring) are
+// pair is one candidate placement of dcp's own; with `other_strategies`, the plans of the other
+// strategies of include/dcp/baselines.h (the static layouts ring, zigzag, TransformerEngine and
+// LoongTrain at each inner ring; FCP at each block size; MagiAttention: BaselineVariants) are
 // candidates too. Every candidate is planned and simulated on PlanOptions::cluster and the
 // fastest wins (ties: the earlier in candidate order; memory balance and the winner's division
 // search: docs/planner.md). The work is bounded by these lists, never
@@ -51,7 +52,7 @@ struct TuningOptions {
   std::vector<int64_t> block_sizes = {1024, 2048, 4096};
   // Tried in order; empty: the one pair PlanOptions::partition holds (tolerances pinned).
   std::vector<Tolerances> tolerances = {{0.1, 0.4}, {0.05, 0.05}, {0.02, 0.02}};
-  bool static_layouts = true;
+  bool other_strategies = true;
   // At most this many of dcp's own candidates (block sizes outer, tolerances inner).
   int32_t max_candidates = 12;
   // Memory balance without a budget: the fastest candidate whose peak buffer bytes are spread
@@ -87,7 +88,7 @@ struct PlanOptions {
 
   // A placement made elsewhere (ReadPartition: another partitioner's, a hand-made one) for the
   // blocks of `block_size` (which must then be > 0): it is scheduled, compiled and costed as
-  // given, with nothing tuned but the division count; tolerances and static layouts play no part.
+  // given, with nothing tuned but the division count; tolerances and other strategies play no part.
   // InvalidArgument when it does not fit the blocks or the topology.
   std::optional<Placement> placement;
 
@@ -111,7 +112,7 @@ struct PlanOptions {
 };
 
 // Options that plan in one pass of dcp's own pipeline, nothing tuned: this topology and block
-// size, the default tolerances (PartitionOptions), no static layouts.
+// size, the default tolerances (PartitionOptions), no other strategies.
 PlanOptions SinglePassOptions(const Topology& topology, int64_t block_size);
 
 // Milliseconds per phase of the chosen plan; building the batch itself is not counted.
@@ -124,7 +125,7 @@ struct PlanningTimes {
 // One candidate of the tuning and how it fared.
 struct CandidateOutcome {
   std::string name;         // as Plan::origin
-  bool own = true;          // dcp's own placement; false: a static layout
+  bool own = true;          // dcp's own placement; false: another strategy's layout
   double simulated_s = 0;   // forward + backward on the cluster; 0 when it was not planned
   int64_t peak_bytes = 0;   // the largest device peak of buffer bytes
   double peak_imbalance = 0;  // max/mean of the devices' peaks

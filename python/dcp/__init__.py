@@ -69,7 +69,7 @@ def plan(
     cluster: str = "p4de",
     candidate_block_sizes: Sequence[int] | None = None,
     candidate_tolerances: Sequence[tuple[float, float]] | None = None,
-    static_layouts: bool = True,
+    other_strategies: bool = True,
     max_candidates: int = 12,
     threads: int = 1,
     memory_budget_bytes: int = 0,
@@ -79,7 +79,7 @@ def plan(
     """Plans ``batch`` on ``topology`` with dcp's planner (blocks, placement, schedule, programs).
 
     What is left open is tuned: every candidate (dcp's placement at each block size and pair of
-    tolerances, and the static layouts ring, zigzag, TE and LoongTrain) is planned and simulated on
+    tolerances, and the other strategies ring, zigzag, TE, LoongTrain, FCP and MagiAttention) is planned and simulated on
     ``cluster``, and the fastest kept (``Plan.origin`` names it, ``Plan.candidates`` lists them
     all). The result depends only on the arguments, never on ``threads`` or the machine's load.
 
@@ -97,7 +97,7 @@ def plan(
             of docs/simulator.md.
         candidate_block_sizes, candidate_tolerances: the tuning's lists (None: the planner's
             defaults, 1024/2048/4096 and (0.1, 0.4)/(0.05, 0.05)/(0.02, 0.02)).
-        static_layouts: whether the static layouts are candidates.
+        other_strategies: whether the other strategies' plans are candidates.
         max_candidates: at most this many of dcp's own candidates (the bound on tuning work).
         threads: threads planning candidates at once; the result does not depend on it.
         memory_budget_bytes: when > 0, the most buffer bytes a device may need; candidates above
@@ -121,7 +121,7 @@ def plan(
         None if candidate_block_sizes is None else list(candidate_block_sizes),
         None if candidate_tolerances is None else
         [(float(c), float(i)) for c, i in candidate_tolerances],
-        static_layouts,
+        other_strategies,
         max_candidates,
         threads,
         memory_budget_bytes,

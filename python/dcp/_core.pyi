@@ -110,7 +110,7 @@ def plan(
     cluster: str,
     candidate_block_sizes: list[int] | None,
     candidate_tolerances: list[tuple[float, float]] | None,
-    static_layouts: bool,
+    other_strategies: bool,
     max_candidates: int,
     threads: int,
     memory_budget_bytes: int,

@@ -81,7 +81,7 @@ PyPlan PlanBatchNoGil(const Batch& batch, const std::string& topology, int64_t b
                       const std::string& cluster,
                       std::optional<std::vector<int64_t>> candidate_block_sizes,
                       std::optional<std::vector<std::pair<double, double>>> candidate_tolerances,
-                      bool static_layouts, int32_t max_candidates, int32_t threads,
+                      bool other_strategies, int32_t max_candidates, int32_t threads,
                       int64_t memory_budget_bytes, uint64_t seed, const std::string& partitioner) {
   PlanOptions options;
   options.topology = ValueOrThrow(Topology::Parse(topology));
@@ -106,7 +106,7 @@ PyPlan PlanBatchNoGil(const Batch& batch, const std::string& topology, int64_t b
     options.partition.eps_inter = tolerances->second;
     options.tuning.tolerances.clear();
   }
-  options.tuning.static_layouts = static_layouts;
+  options.tuning.other_strategies = other_strategies;
   options.tuning.max_candidates = max_candidates;
   if (division_choice == "cost_model") {
     options.division_choice = DivisionChoice::kCostModel;
@@ -294,7 +294,7 @@ programs are; hash() is the same on every rank holding the same plan. Immutable.
         py::arg("head_groups"), py::arg("tolerances"), py::arg("eps_memory"),
         py::arg("divisions"), py::arg("division_choice"), py::arg("cluster"),
         py::arg("candidate_block_sizes"), py::arg("candidate_tolerances"),
-        py::arg("static_layouts"), py::arg("max_candidates"), py::arg("threads"),
+        py::arg("other_strategies"), py::arg("max_candidates"), py::arg("threads"),
         py::arg("memory_budget_bytes"), py::arg("seed"), py::arg("partitioner"),
         "The library planner (dcp::PlanBatch); see dcp.plan.");
 

@@ -22,7 +22,7 @@ def batch():
 @pytest.fixture(scope="module")
 def plan(batch):
     return dcp.plan(batch, topology=(2, 2), block_size=64, tolerances=(0.1, 0.4),
-                    static_layouts=False, seed=3)
+                    other_strategies=False, seed=3)
 
 
 def test_plan_describes_its_batch_and_options(plan, batch):
@@ -54,7 +54,7 @@ def test_plan_bytes_round_trip_to_an_equal_plan_with_the_same_hash(plan):
 
 def test_same_inputs_and_seed_give_the_same_plan(batch, plan):
     again = dcp.plan(batch, topology="2x2", block_size=64, tolerances=(0.1, 0.4),
-                     static_layouts=False, seed=3)
+                     other_strategies=False, seed=3)
     assert again.hash() == plan.hash()
     assert again.to_bytes() == plan.to_bytes()
 
@@ -112,7 +112,7 @@ def test_default_options_tune_among_candidates(batch):
     again = dcp.plan(batch, "1x8", candidate_block_sizes=[64, 128],
                      candidate_tolerances=[(0.1, 0.4), (0.2, 0.4)], threads=1)
     assert again.to_bytes() == tuned.to_bytes()  # whatever the thread count
-    own = dcp.plan(batch, "1x8", static_layouts=False)
+    own = dcp.plan(batch, "1x8", other_strategies=False)
     assert own.origin.startswith("dcp ") and all(c["own"] for c in own.candidates)
 
 

@@ -229,6 +229,20 @@ void MakeBlocksAndPlacement(const Layout& layout, const Batch& batch, BaselinePl
   out->schedule.carry_gradients = true;
 }
 
+// The name of a strategy's configuration: its options that vary between variants.
+std::string VariantName(Strategy strategy, const BaselineOptions& options) {
+  switch (strategy) {
+    case Strategy::kLoongTrain:
+      return fmt::format("loongtrain:{}", options.inner_ring);
+    case Strategy::kFcp:
+      return fmt::format("fcp:{}", options.fcp_block_tokens);
+    case Strategy::kMagi:
+      return fmt::format("magi:{}", options.magi_overlap_degree);
+    default:
+      return std::string(ToString(strategy));
+  }
+}
+
 }  // namespace
 
 std::string_view ToString(Strategy strategy) {
@@ -313,10 +327,32 @@ Result<BaselinePlan> PlanBaseline(Strategy strategy, const Batch& batch,
   }
   DCP_ASSIGN_OR_RETURN(out.plan, CompilePlan(batch, out.blocks, out.placement, out.schedule,
                                              options.topology));
-  out.plan.origin = strategy == Strategy::kLoongTrain
-                        ? fmt::format("loongtrain:{}", options.inner_ring)
-                        : std::string(ToString(strategy));
+  out.plan.origin = VariantName(strategy, options);
   return out;
+}
+
+std::vector<BaselineVariant> BaselineVariants(Strategy strategy, const AttentionShape& shape,
+                                              const Topology& topology) {
+  std::vector<BaselineOptions> tried;
+  const BaselineOptions defaults{.topology = topology};
+  if (strategy == Strategy::kLoongTrain) {
+    for (int32_t inner : LoongTrainInnerRings(shape, topology)) {
+      tried.push_back(defaults);
+      tried.back().inner_ring = inner;
+    }
+  } else if (strategy == Strategy::kFcp) {
+    for (int64_t tokens : kFcpBlockTokens) {
+      tried.push_back(defaults);
+      tried.back().fcp_block_tokens = tokens;
+    }
+  } else {
+    tried.push_back(defaults);
+  }
+  std::vector<BaselineVariant> variants;
+  for (const BaselineOptions& options : tried) {
+    variants.push_back({options, VariantName(strategy, options)});
+  }
+  return variants;
 }
 
 }  // namespace dcp

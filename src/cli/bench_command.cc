@@ -25,8 +25,9 @@
 namespace dcp::cli {
 namespace {
 
-constexpr Strategy kStrategies[] = {Strategy::kDcp,     Strategy::kRing, Strategy::kZigzag,
-                                    Strategy::kUlysses, Strategy::kTe,   Strategy::kLoongTrain};
+constexpr Strategy kStrategies[] = {Strategy::kDcp,        Strategy::kRing, Strategy::kZigzag,
+                                    Strategy::kUlysses,    Strategy::kTe,   Strategy::kLoongTrain,
+                                    Strategy::kFcp,        Strategy::kMagi};
 
 struct BenchArgs {
   bool quick = false;
@@ -53,7 +54,7 @@ struct Outcome {
   double fwd_ms = 0, bwd_ms = 0;
   double bytes_inter_node = 0;  // both passes, mean
   double compute_imbalance = 0;  // max / mean attention FLOPs per device, mean
-  std::string choice;  // dcp: the candidate chosen per batch; loongtrain: inner ring
+  std::string choice;  // dcp: the candidate chosen per batch; others: the fastest variant's name
   double efficiency = 0;   // ideal time / time, mean (SimReport::efficiency)
   double own_ms = 0;       // dcp: the fastest of its own placements among the candidates, mean
   double planning_ms = 0;  // dcp: planning with tuning, mean
@@ -73,8 +74,7 @@ Result<Measured> Simulate(const Plan& plan, const ClusterSpec& cluster, const Mo
                   MeasureTraffic(plan, Pass::kBackward), e2e};
 }
 
-// The fastest of a strategy's variants on one batch (loongtrain: inner rings); dcp: its default
-// plan.
+// The fastest of a strategy's variants on one batch (BaselineVariants); dcp: its default plan.
 struct Best {
   Measured measured;
   std::string choice;
@@ -109,18 +109,13 @@ Result<Best> RunStrategy(Strategy strategy, const Batch& batch, const Topology& 
     if (planned.best_own) best.own_s = planned.candidates[*planned.best_own].simulated_s;
     return best;
   }
-  if (strategy == Strategy::kLoongTrain) {
-    for (int32_t inner : LoongTrainInnerRings(batch.shape(), topology)) {
-      auto planned = PlanBaseline(strategy, batch, {.topology = topology, .inner_ring = inner});
-      if (!planned.ok()) return planned.status();
-      DCP_RETURN_IF_ERROR(
-          Consider(best, std::move(planned->plan), cluster, model, fmt::format("{}", inner)));
-    }
-    return best;
+  const std::vector<BaselineVariant> variants =
+      BaselineVariants(strategy, batch.shape(), topology);
+  for (const BaselineVariant& v : variants) {
+    DCP_ASSIGN_OR_RETURN(BaselinePlan planned, PlanBaseline(strategy, batch, v.options));
+    DCP_RETURN_IF_ERROR(Consider(best, std::move(planned.plan), cluster, model,
+                                 variants.size() > 1 ? v.name : ""));
   }
-  DCP_ASSIGN_OR_RETURN(BaselinePlan planned,
-                       PlanBaseline(strategy, batch, {.topology = topology}));
-  DCP_RETURN_IF_ERROR(Consider(best, std::move(planned.plan), cluster, model, ""));
   return best;
 }
 
@@ -269,7 +264,9 @@ std::string Svg(const std::vector<Row>& rows, const BenchArgs& args) {
     }
   }
   std::sort(drawn.begin(), drawn.end());
-  const char* colors[] = {"#d62728", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b"};
+  const char* colors[] = {"#d62728", "#1f77b4", "#ff7f0e", "#2ca02c",
+                          "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+  static_assert(std::size(colors) == std::size(kStrategies));
   const int panel_w = 300, panel_h = 200, margin = 60;
   const int n_panels = static_cast<int>(panels.size());
   const int columns = std::min(4, std::max(1, n_panels));

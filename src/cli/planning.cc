@@ -25,7 +25,8 @@ void AddPlannerOptions(CLI::App& app, PlannerArgs& args) {
                  "planned and simulated: the bound on tuning work")
       ->capture_default_str();
   app.add_flag("--dcp-only", args.dcp_only,
-               "Leave the static layouts (ring, zigzag, TE, LoongTrain) out of the candidates");
+               "Leave the other strategies (ring, zigzag, TE, LoongTrain, FCP, MagiAttention) out of "
+               "the candidates");
   app.add_option("--memory-budget", args.memory_budget,
                  "Bytes of buffers each device may hold at its peak (0: no budget); candidates "
                  "above it are skipped")
@@ -113,7 +114,7 @@ Result<PlanOptions> PlanOptionsFromArgs(const BatchArgs& batch_args, const Place
                         ? planner.threads
                         : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   options.tuning.max_candidates = planner.max_candidates;
-  options.tuning.static_layouts = !planner.dcp_only;
+  options.tuning.other_strategies = !planner.dcp_only;
   options.memory_budget_bytes = planner.memory_budget;
   DCP_RETURN_IF_ERROR(options.Validate());
   return options;

@@ -35,8 +35,7 @@ struct Simulated {
   SimReport report = {};
   std::optional<double> planning_ms = {};  // none for a plan read from a file
   double simulation_ms = 0;
-  std::optional<int32_t> inner_ring = {};  // loongtrain: the fastest inner ring
-  nlohmann::json inner_ring_ms = {};       // loongtrain: total ms of every inner ring tried
+  nlohmann::json variant_ms = {};  // a strategy of several variants: total ms of each tried
   std::optional<int64_t> padded_tokens = {};
   nlohmann::json candidates = nullptr;  // dcp: the tuning's candidates
 };
@@ -87,21 +86,19 @@ Result<Simulated> WithBaseline(Strategy strategy, const BatchArgs& batch_args,
                                const SimulateArgs& args, const Topology& topology,
                                const ClusterSpec& cluster) {
   DCP_ASSIGN_OR_RETURN(Batch batch, BuildBatch(batch_args));
-  // LoongTrain: the paper's inner ring sizes, the fastest kept.
-  const std::vector<int32_t> rings = strategy == Strategy::kLoongTrain
-                                         ? LoongTrainInnerRings(batch.shape(), topology)
-                                         : std::vector<int32_t>{1};
+  // Its variants (LoongTrain's inner rings, FCP's block sizes), the fastest kept.
+  const std::vector<BaselineVariant> variants =
+      BaselineVariants(strategy, batch.shape(), topology);
   std::optional<Simulated> best;
   nlohmann::json tried = nlohmann::json::object();
   Status last_error;
-  for (int32_t ring : rings) {
+  for (const BaselineVariant& variant : variants) {
     Stopwatch watch;
-    Result<BaselinePlan> baseline =
-        PlanBaseline(strategy, batch, BaselineOptions{.topology = topology, .inner_ring = ring});
+    Result<BaselinePlan> baseline = PlanBaseline(strategy, batch, variant.options);
     const double planning_ms = watch.Lap();
     if (!baseline.ok()) {
-      if (rings.size() == 1) return baseline.status();
-      last_error = baseline.status().WithContext(fmt::format("inner ring {}", ring));
+      if (variants.size() == 1) return baseline.status();
+      last_error = baseline.status().WithContext(variant.name);
       continue;
     }
     Simulated candidate{.plan = std::move(baseline->plan),
@@ -109,14 +106,11 @@ Result<Simulated> WithBaseline(Strategy strategy, const BatchArgs& batch_args,
                         .padded_tokens = baseline->padded_tokens};
     DCP_ASSIGN_OR_RETURN(candidate.report, Simulate(candidate.plan, cluster, !args.trace.empty(),
                                                     &candidate.simulation_ms));
-    if (strategy == Strategy::kLoongTrain) {
-      candidate.inner_ring = ring;
-      tried[std::to_string(ring)] = candidate.report.total_s() * 1e3;
-    }
+    if (variants.size() > 1) tried[variant.name] = candidate.report.total_s() * 1e3;
     if (!best || candidate.report.total_s() < best->report.total_s()) best = std::move(candidate);
   }
   if (!best) return last_error;
-  best->inner_ring_ms = std::move(tried);
+  best->variant_ms = std::move(tried);
   return std::move(*best);
 }
 
@@ -256,10 +250,7 @@ int Run(const CLI::App& cmd, BatchArgs batch_args, const SimulateArgs& args) {
         {"fwd", ToJson(fwd)},
         {"bwd", ToJson(bwd)}};
     if (!args.plan_file.empty()) j["plan_file"] = args.plan_file;
-    if (simulated->inner_ring) {
-      j["inner_ring"] = *simulated->inner_ring;
-      j["inner_ring_total_ms"] = simulated->inner_ring_ms;
-    }
+    if (!simulated->variant_ms.empty()) j["variant_total_ms"] = simulated->variant_ms;
     if (simulated->padded_tokens) j["padded_tokens"] = *simulated->padded_tokens;
     if (!simulated->candidates.is_null()) j["candidates"] = simulated->candidates;
     if (e2e) {
@@ -278,7 +269,9 @@ int Run(const CLI::App& cmd, BatchArgs batch_args, const SimulateArgs& args) {
   std::string planned = simulated->planning_ms
                             ? fmt::format("planned in {:.1f} ms", *simulated->planning_ms)
                             : fmt::format("plan read from '{}'", args.plan_file);
-  if (simulated->inner_ring) planned += fmt::format(", inner ring {}", *simulated->inner_ring);
+  if (!simulated->variant_ms.empty()) {
+    planned += fmt::format(", fastest of {} variants", simulated->variant_ms.size());
+  }
   fmt::print("{} on {}, topology {} ({} devices, {} divisions): {}, simulated in {:.1f} ms\n",
              plan.origin.empty() ? strategy_name : plan.origin, cluster->name, plan.topology.ToString(), plan.topology.devices(),
              plan.n_divisions, planned, simulated->simulation_ms);

@@ -151,15 +151,12 @@ Status SpreadPeaks(const Batch& batch, const PlanOptions& options, PlannedBatch*
   return Status::Ok();
 }
 
-// A static layout's plan, with its placement priced like dcp's.
-Result<PlannedBatch> PlanStatic(const Batch& batch, Strategy strategy, int32_t inner_ring,
-                                const PlanOptions& options) {
+// Another strategy's plan, with its placement priced like dcp's.
+Result<PlannedBatch> PlanStatic(const Batch& batch, Strategy strategy,
+                                const BaselineOptions& options) {
   PlannedBatch out;
   Stopwatch watch;
-  DCP_ASSIGN_OR_RETURN(BaselinePlan baseline,
-                       PlanBaseline(strategy, batch,
-                                    BaselineOptions{.topology = options.topology,
-                                                    .inner_ring = inner_ring}));
+  DCP_ASSIGN_OR_RETURN(BaselinePlan baseline, PlanBaseline(strategy, batch, options));
   out.ms.compile = watch.Lap();
   out.blocks = std::move(baseline.blocks);
   out.placed.placement = std::move(baseline.placement);
@@ -172,11 +169,11 @@ Result<PlannedBatch> PlanStatic(const Batch& batch, Strategy strategy, int32_t i
   return out;
 }
 
-// One candidate of the tuning: dcp's own pipeline with `own`'s values, or a static layout.
+// One candidate of the tuning: dcp's own pipeline with `own`'s values, or another strategy's.
 struct Candidate {
   std::optional<PlanOptions> own;
   Strategy strategy = Strategy::kDcp;
-  int32_t inner_ring = 1;
+  BaselineOptions baseline;  // another strategy's configuration
   std::string name;  // as Plan::origin will be (dcp's own: without the divisions, not yet known)
 };
 
@@ -217,18 +214,17 @@ std::vector<Candidate> CandidatesOf(const Batch& batch, const PlanOptions& optio
       c.own = std::move(own);
     }
   }
-  if (tuning.static_layouts) {
-    for (Strategy s : {Strategy::kRing, Strategy::kZigzag, Strategy::kTe}) {
-      Candidate& c = candidates.emplace_back();
-      c.strategy = s;
-      c.name = ToString(s);
-    }
-    for (int32_t inner : LoongTrainInnerRings(batch.shape(), options.topology)) {
-      if (inner == 1) continue;  // LoongTrain with inner rings of one is TE's layout, planned above
-      Candidate& c = candidates.emplace_back();
-      c.strategy = Strategy::kLoongTrain;
-      c.inner_ring = inner;
-      c.name = fmt::format("loongtrain:{}", inner);
+  if (tuning.other_strategies) {
+    for (Strategy s : {Strategy::kRing, Strategy::kZigzag, Strategy::kTe, Strategy::kLoongTrain,
+                       Strategy::kFcp, Strategy::kMagi}) {
+      for (BaselineVariant& v : BaselineVariants(s, batch.shape(), options.topology)) {
+        // LoongTrain with inner rings of one is TE's layout, planned already.
+        if (s == Strategy::kLoongTrain && v.options.inner_ring == 1) continue;
+        Candidate& c = candidates.emplace_back();
+        c.strategy = s;
+        c.baseline = std::move(v.options);
+        c.name = std::move(v.name);
+      }
     }
   }
   return candidates;
@@ -247,7 +243,7 @@ Tried Try(const Batch& batch, const Candidate& candidate, const PlanOptions& opt
   t.outcome.name = candidate.name;
   Result<PlannedBatch> planned =
       candidate.own ? PlanOnce(batch, *candidate.own)
-                    : PlanStatic(batch, candidate.strategy, candidate.inner_ring, options);
+                    : PlanStatic(batch, candidate.strategy, candidate.baseline);
   if (planned.ok() && candidate.own) {
     if (Status s = SpreadPeaks(batch, *candidate.own, &*planned); !s.ok()) planned = s;
   }
@@ -431,7 +427,7 @@ PlanOptions SinglePassOptions(const Topology& topology, int64_t block_size) {
   options.topology = topology;
   options.block_size = block_size;
   options.tuning.tolerances.clear();
-  options.tuning.static_layouts = false;
+  options.tuning.other_strategies = false;
   return options;
 }
 

@@ -198,7 +198,7 @@ TEST(Fcp, OneDeviceNeedsOneDivisionAndNoTransfer) {
   const BaselinePlan planned = PlanFcp(batch, {.nodes = 1, .devices_per_node = 1}, 16);
   EXPECT_EQ(planned.schedule.n_divisions, 1);
   EXPECT_TRUE(planned.schedule.transfers.empty());
-  EXPECT_EQ(planned.plan.origin, "fcp");
+  EXPECT_EQ(planned.plan.origin, "fcp:16");
   EXPECT_EQ(planned.padded_tokens, 0);
 }
 

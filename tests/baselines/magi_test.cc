@@ -61,7 +61,7 @@ TEST(Magi, ChunkSizeIsMagiAttentionsDefaultOrCappedAtIt) {
   const BaselinePlan planned = PlanMagi(batch, four);
   EXPECT_EQ(planned.padded_tokens, 24);  // MagiAttention pads to a multiple of 32 x 4
   EXPECT_EQ(planned.blocks.block_size, 32);
-  EXPECT_EQ(planned.plan.origin, "magi");
+  EXPECT_EQ(planned.plan.origin, "magi:1");
 }
 
 TEST(Magi, CutsAChunkThatSpansSequencesAtTheBoundaryAndKeepsItsPiecesTogether) {

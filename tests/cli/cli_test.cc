@@ -504,14 +504,15 @@ TEST(CliBench, QuickRunWritesTheTableCsvAndFigure) {
   const std::string dir = TempPath("_bench");
   const CliRun run = RunDcp({"bench", "--quick", "--tokens", "8192", "-o", dir});
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  // 1 dataset x 2 masks x 2 scales, 6 strategies each.
+  // 1 dataset x 2 masks x 2 scales, 8 strategies each.
   const std::string csv = ReadFile(dir + "/bench.csv");
   std::vector<std::string> lines;
   for (size_t begin = 0, end; (end = csv.find('\n', begin)) != std::string::npos; begin = end + 1) {
     lines.push_back(csv.substr(begin, end - begin));
   }
-  ASSERT_EQ(lines.size(), 1u + 4 * 6);
-  for (const char* strategy : {",dcp,", ",ring,", ",zigzag,", ",ulysses,", ",te,", ",loongtrain,"}) {
+  ASSERT_EQ(lines.size(), 1u + 4 * 8);
+  for (const char* strategy : {",dcp,", ",ring,", ",zigzag,", ",ulysses,", ",te,", ",loongtrain,",
+                               ",fcp,", ",magi,"}) {
     EXPECT_EQ(std::count_if(lines.begin(), lines.end(),
                             [&](const std::string& l) { return l.find(strategy) != std::string::npos; }),
               4)

@@ -116,17 +116,25 @@ TEST(PlanBatch, TuningKeepsTheFastestCandidateWhateverTheThreads) {
     }
   }
   const size_t own = expected.size();
+  // The other strategies, written out: ring, zigzag, TE, LoongTrain's inner rings but 1 (TE's
+  // layout), FCP's three block sizes, MagiAttention's defaults.
+  const auto add = [&](Strategy s, BaselineOptions o, std::string name) {
+    o.topology = k2x4;
+    auto baseline = PlanBaseline(s, batch, o);
+    ASSERT_TRUE(baseline.ok()) << baseline.status().ToString();
+    EXPECT_EQ(baseline->plan.origin, name);
+    expected.emplace_back(std::move(name), SimulatedSeconds(baseline->plan));
+  };
   for (Strategy s : {Strategy::kRing, Strategy::kZigzag, Strategy::kTe}) {
-    auto baseline = PlanBaseline(s, batch, {.topology = k2x4});
-    ASSERT_TRUE(baseline.ok()) << baseline.status().ToString();
-    expected.emplace_back(std::string(ToString(s)), SimulatedSeconds(baseline->plan));
+    add(s, {}, std::string(ToString(s)));
   }
-  for (int32_t inner : LoongTrainInnerRings(batch.shape(), k2x4)) {
-    if (inner == 1) continue;  // TE's plan
-    auto baseline = PlanBaseline(Strategy::kLoongTrain, batch, {.topology = k2x4, .inner_ring = inner});
-    ASSERT_TRUE(baseline.ok()) << baseline.status().ToString();
-    expected.emplace_back(fmt::format("loongtrain:{}", inner), SimulatedSeconds(baseline->plan));
+  for (int32_t inner : {2, 4}) {  // 8 devices, 2 KV heads: 4 context ranks
+    add(Strategy::kLoongTrain, {.inner_ring = inner}, fmt::format("loongtrain:{}", inner));
   }
+  for (int64_t tokens : {1024, 2048, 4096}) {
+    add(Strategy::kFcp, {.fcp_block_tokens = tokens}, fmt::format("fcp:{}", tokens));
+  }
+  add(Strategy::kMagi, {}, "magi:1");
   const auto by_time = [](const auto& a, const auto& b) { return a.second < b.second; };
   const auto fastest = std::min_element(expected.begin(), expected.end(), by_time);
   const auto fastest_own = std::min_element(expected.begin(), expected.begin() + own, by_time);
@@ -185,10 +193,10 @@ TEST(PlanBatch, TuningKeepsPeakMemoryBalancedWithinItsSlack) {
 // makes of the same block size and tolerances) when that is faster.
 TEST(PlanBatch, TheChosenPlanOfDcpsOwnGetsItsDivisionsSearched) {
   const Batch batch = TestBatch();
-  const auto tuned = [&](bool static_layouts) {
+  const auto tuned = [&](bool other_strategies) {
     return PlanBatch(batch, On2x4([&](PlanOptions& o) {
                        o.tuning.max_peak_imbalance = 1e9;
-                       o.tuning.static_layouts = static_layouts;
+                       o.tuning.other_strategies = other_strategies;
                      }));
   };
   auto planned = tuned(false);
