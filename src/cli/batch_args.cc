@@ -74,7 +74,9 @@ Result<PartitionOptions> BuildPartitionOptions(const BatchArgs& batch, const Pla
 
 namespace {
 
-Result<std::vector<int64_t>> BuildLengths(const BatchArgs& args) {
+// `empty_sequences`: set to the empty sequences an --idx file held (left out), else 0.
+Result<std::vector<int64_t>> BuildLengths(const BatchArgs& args, int64_t* empty_sequences) {
+  *empty_sequences = 0;
   if (args.seqlens) {
     if (args.seqlens->empty()) {
       return Status::InvalidArgument("--seqlens is empty: give lengths like 4096,1000");
@@ -82,7 +84,11 @@ Result<std::vector<int64_t>> BuildLengths(const BatchArgs& args) {
     return ParseLengthList(*args.seqlens);
   }
   if (args.seqlens_file) return ReadLengthsFile(*args.seqlens_file);
-  if (args.idx) return ReadMegatronIndex(*args.idx);
+  if (args.idx) {
+    DCP_ASSIGN_OR_RETURN(MegatronIndexLengths index, ReadMegatronIndex(*args.idx));
+    *empty_sequences = index.empty_sequences;
+    return std::move(index.lengths);
+  }
   DCP_ASSIGN_OR_RETURN(LengthDistribution distribution, ParseLengthDistribution(args.dataset));
   return SyntheticBatch(
       SyntheticOptions{.distribution = distribution, .scale = args.scale, .seed = args.seed},
@@ -107,8 +113,10 @@ Status WriteTextFile(const std::string& path, std::string_view text) {
   return Status::Ok();
 }
 
-Result<Batch> BuildBatch(const BatchArgs& args) {
-  DCP_ASSIGN_OR_RETURN(std::vector<int64_t> lengths, BuildLengths(args));
+Result<Batch> BuildBatch(const BatchArgs& args, int64_t* empty_sequences) {
+  int64_t skipped = 0;
+  DCP_ASSIGN_OR_RETURN(std::vector<int64_t> lengths, BuildLengths(args, &skipped));
+  if (empty_sequences != nullptr) *empty_sequences = skipped;
   DCP_ASSIGN_OR_RETURN(MaskSpec mask, BuildMaskSpec(args.mask));
   DCP_ASSIGN_OR_RETURN(DType dtype, ParseDType(args.dtype));
   const AttentionShape shape{

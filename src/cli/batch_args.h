@@ -36,8 +36,10 @@ struct BatchArgs {
 
 void AddBatchOptions(CLI::App& app, BatchArgs& args);
 
-// The batch the options describe: lengths from exactly one source, the mask, the shape.
-Result<Batch> BuildBatch(const BatchArgs& args);
+// The batch the options describe: lengths from exactly one source, the mask, the shape. An --idx
+// file's empty sequences are left out; `empty_sequences`, when given, receives their count (0 for
+// the other sources) for the commands that summarise the lengths.
+Result<Batch> BuildBatch(const BatchArgs& args, int64_t* empty_sequences = nullptr);
 
 // Replaces the file's contents (bytes as given); NotFound names the path when it cannot be written.
 Status WriteTextFile(const std::string& path, std::string_view text);

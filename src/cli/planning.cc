@@ -93,10 +93,12 @@ Result<PlanOptions> PlanOptionsFromArgs(const BatchArgs& batch_args, const Place
 
 Result<PlannedFromArgs> PlanFromArgs(const BatchArgs& batch_args, const PlacementArgs& placement,
                                      const PlannerArgs& planner) {
-  DCP_ASSIGN_OR_RETURN(Batch batch, BuildBatch(batch_args));
+  int64_t empty_sequences = 0;
+  DCP_ASSIGN_OR_RETURN(Batch batch, BuildBatch(batch_args, &empty_sequences));
   DCP_ASSIGN_OR_RETURN(PlanOptions options, PlanOptionsFromArgs(batch_args, placement, planner));
   DCP_ASSIGN_OR_RETURN(PlannedBatch planned, PlanBatch(batch, options));
-  return PlannedFromArgs{.batch = std::move(batch), .planned = std::move(planned)};
+  return PlannedFromArgs{
+      .batch = std::move(batch), .planned = std::move(planned), .empty_sequences = empty_sequences};
 }
 
 nlohmann::json CandidatesJson(const PlannedBatch& planned) {

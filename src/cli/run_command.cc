@@ -151,9 +151,12 @@ struct RunTimes {  // milliseconds
 };
 
 // Compares the outputs of `run` with the dense `reference`, writes --dump, prints the table or
-// --json, and returns the exit code: 0 when every output is within tolerance.
-int CheckAndReport(const RunArgs& args, const Batch& batch, const Plan& plan,
-                   const BatchTensors& run, const BatchTensors& reference, const RunTimes& ms) {
+// --json, and returns the exit code: 0 when every output is within tolerance. `planned` holds the
+// batch, its plan and the empty sequences of an --idx file left out of the batch.
+int CheckAndReport(const RunArgs& args, const PlannedFromArgs& planned, const BatchTensors& run,
+                   const BatchTensors& reference, const RunTimes& ms) {
+  const Batch& batch = planned.batch;
+  const Plan& plan = planned.planned.plan;
   const double tolerance = batch.shape().dtype == DType::kFloat32 ? 1e-5 : 1e-2;
   nlohmann::json errors;
   bool within = true;
@@ -181,10 +184,14 @@ int CheckAndReport(const RunArgs& args, const Batch& batch, const Plan& plan,
         {"ms", {{"plan", ms.plan}, {"run", ms.run}, {"reference", ms.reference}}}};
     fmt::print("{}\n", j.dump(2));
   } else {
+    const std::string skipped =
+        planned.empty_sequences > 0
+            ? fmt::format(" ({} empty ones of the index skipped)", planned.empty_sequences)
+            : "";
     fmt::print(
-        "{} sequences, {} tokens on {} {} ({} divisions): planned in {:.1f} ms, ran "
+        "{} sequences{}, {} tokens on {} {} ({} divisions): planned in {:.1f} ms, ran "
         "forward+backward in {:.1f} ms (dense reference {:.1f} ms)\n",
-        batch.seqlens().size(), batch.total_tokens(), devices,
+        batch.seqlens().size(), skipped, batch.total_tokens(), devices,
         args.comm == "mpi" ? "MPI ranks" : "devices", plan.n_divisions, ms.plan, ms.run,
         ms.reference);
     for (const auto& [name, e] : errors.items()) {
@@ -244,7 +251,7 @@ int RunLocal(const BatchArgs& batch_args, const RunArgs& args) {
   if (args.no_reference) return ReportRunOnly(args, plan, 0, ms);
   DenseAttention(batch, 0, reference);
   ms.reference = watch.Lap();
-  return CheckAndReport(args, batch, plan, run, reference, ms);
+  return CheckAndReport(args, *planned, run, reference, ms);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -426,7 +433,7 @@ Result<int> RunRankSteps(const BatchArgs& batch_args, const RunArgs& args, Commu
   watch.Lap();
   DenseAttention(planned->batch, 0, reference);
   ms.reference = watch.Lap();
-  return CheckAndReport(args, planned->batch, planned->planned.plan, tensors, reference, ms);
+  return CheckAndReport(args, *planned, tensors, reference, ms);
 }
 
 // Checks that every rank makes alike, so no rank needs telling, then this rank's steps; on an
