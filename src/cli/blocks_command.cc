@@ -107,7 +107,8 @@ CommandRunner AddBlocksCommand(CLI::App& app) {
     int64_t empty_sequences = 0;
     Result<Batch> batch = BuildBatch(*args, &empty_sequences);
     if (!batch.ok()) return ReportError(batch.status());
-    Result<BlockingOptions> options = BuildBlockingOptions(*args, *batch);
+    Result<BlockingOptions> options =
+        BuildBlockingOptions(*args, *batch, args->devices.value_or(kDefaultBlockDevices));
     if (!options.ok()) return ReportError(options.status());
     Result<BlockSet> set = MakeBlocks(*batch, *options);
     if (!set.ok()) return ReportError(set.status());

@@ -67,7 +67,7 @@ Result<PlanOptions> PlanOptionsFromArgs(const BatchArgs& batch_args, const Place
                                         const PlannerArgs& planner) {
   PlanOptions options;
   DCP_ASSIGN_OR_RETURN(options.cluster, LoadCluster(planner.cluster));
-  DCP_ASSIGN_OR_RETURN(options.topology, Topology::Parse(placement.topology));
+  DCP_ASSIGN_OR_RETURN(options.topology, BuildTopology(batch_args, placement));
   options.head_groups = batch_args.head_groups;
   if (batch_args.block_size != "auto") {
     const std::string& text = batch_args.block_size;

@@ -439,7 +439,7 @@ Result<int> RunRankSteps(const BatchArgs& batch_args, const RunArgs& args, Commu
 // Checks that every rank makes alike, so no rank needs telling, then this rank's steps; on an
 // error it tells the other ranks (Communicator::Fail).
 Result<int> RunRank(const BatchArgs& batch_args, const RunArgs& args, Communicator& comm) {
-  DCP_ASSIGN_OR_RETURN(Topology topology, Topology::Parse(args.placement.topology));
+  DCP_ASSIGN_OR_RETURN(Topology topology, BuildTopology(batch_args, args.placement));
   if (topology.devices() != comm.size()) {
     return Status::InvalidArgument(fmt::format(
         "--comm mpi: the plan is for {} devices (topology {}) but this MPI job has {} ranks; "
@@ -521,7 +521,7 @@ CommandRunner AddRunCommand(CLI::App& app) {
   // The dense reference is O(tokens^2): a small batch by default.
   batch_args->tokens = 2048;
   auto args = std::make_shared<RunArgs>();
-  args->placement.topology = "1x4";
+  args->placement.default_topology = "1x4";
   AddBatchOptions(*cmd, *batch_args);
   AddPlacementOptions(*cmd, args->placement);
   cmd->add_option("--comm", args->comm,
@@ -547,11 +547,6 @@ CommandRunner AddRunCommand(CLI::App& app) {
   cmd->add_flag("--json", args->json, "Print one JSON object");
   return [cmd, batch_args, args]() -> int {
     if (!cmd->parsed()) return 0;
-    // --devices N (a batch option, also used by --block-size auto) means one node of N devices
-    // unless --topology is given.
-    if (cmd->count("--devices") > 0 && cmd->count("--topology") == 0) {
-      args->placement.topology = fmt::format("1x{}", batch_args->devices);
-    }
     return Run(*batch_args, *args);
   };
 }

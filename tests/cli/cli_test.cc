@@ -431,6 +431,57 @@ TEST(CliRun, MatchesTheDenseReferenceAndDumpsTheBatch) {
   EXPECT_NE(head.find("'shape': (377, 8, 16)"), std::string::npos) << head;
 }
 
+// --devices N without --topology: one node of N devices, in every command that places (issue 18:
+// plan, place and simulate ignored it).
+TEST(CliDevices, WithoutATopologyMeansOneNodeOfThatManyDevices) {
+  for (const char* command : {"place", "plan", "simulate"}) {
+    SCOPED_TRACE(command);
+    const nlohmann::json j = ParseJson(RunDcp(
+        {command, "--seqlens", "4096,1000", "--block-size", "1024", "--devices", "8", "--json"}));
+    EXPECT_EQ(j.value("topology", ""), "1x8");
+  }
+  const nlohmann::json run = ParseJson(RunDcp({"run", "--seqlens", "200,77", "--block-size", "64",
+                                               "--head-dim", "16", "--devices", "2", "--json"}));
+  EXPECT_EQ(run.value("devices", -1), 2);
+}
+
+// Issue 18: `dcp run --devices 6 --topology 2x4` ran 8 devices.
+TEST(CliDevices, MustMatchTheTopologyWhenBothAreGiven) {
+  for (const char* command : {"place", "plan", "run", "simulate"}) {
+    SCOPED_TRACE(command);
+    const CliRun run =
+        RunDcp({command, "--seqlens", "4096", "--devices", "6", "--topology", "2x4"});
+    EXPECT_EQ(run.exit_code, 1);
+    EXPECT_NE(run.err.find("--devices 6 does not match --topology 2x4 (8 devices)"),
+              std::string::npos)
+        << run.err;
+  }
+  const nlohmann::json j = ParseJson(RunDcp({"place", "--seqlens", "4096", "--block-size", "1024",
+                                             "--devices", "8", "--topology", "2x4", "--json"}));
+  EXPECT_EQ(j.value("topology", ""), "2x4");
+}
+
+TEST(CliDevices, RejectsACountNoTopologyHas) {
+  for (const char* devices : {"0", "-3", "257", "99999999999"}) {
+    SCOPED_TRACE(devices);
+    const CliRun run = RunDcp({"place", "--seqlens", "4096", "--devices", devices});
+    EXPECT_EQ(run.exit_code, 1);
+    EXPECT_NE(run.err.find(std::string("--devices ") + devices + " cannot be one node's devices"),
+              std::string::npos)
+        << run.err;
+  }
+}
+
+// `dcp place --block-size auto` spreads the batch over the topology's devices (it used --devices'
+// default of 32 whatever the topology): 16384 tokens over 8 devices are 8 blocks of 2048, as in
+// `dcp blocks --devices 8`.
+TEST(CliDevices, PlaceChoosesTheBlockSizeForTheTopologysDevices) {
+  const CliRun run =
+      RunDcp({"place", "--seqlens", "16384", "--block-size", "auto", "--topology", "1x8"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("topology 1x8: 8 data blocks"), std::string::npos) << run.out;
+}
+
 TEST(CliRun, RejectsAnUnavailableCommunicator) {
   const CliRun r = RunDcp({"run", "--seqlens", "100", "--comm", "mpi"});
   EXPECT_NE(r.exit_code, 0);
