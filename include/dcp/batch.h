@@ -64,10 +64,19 @@ Result<std::vector<int64_t>> ParseLengthList(std::string_view text);
 // A text file with one length per line; blank lines and everything after '#' are ignored.
 Result<std::vector<int64_t>> ReadLengthsFile(const std::string& path);
 
+// The sequences of a Megatron-LM index file, less the empty ones.
+struct MegatronIndexLengths {
+  std::vector<int64_t> lengths;  // every sequence of length >= 1, in the index's order
+  int64_t empty_sequences = 0;   // sequences of length 0 (empty documents), left out of `lengths`
+};
+
 // The sequence lengths of a Megatron-LM indexed dataset, read from its index file (.idx of the
 // MMapIndexedDataset format: header "MMIDIDX\0\0", version 1, dtype code, sequence count, document
-// count, then the int32 sequence lengths). Returns Corrupt for a malformed or truncated file.
-Result<std::vector<int64_t>> ReadMegatronIndex(const std::string& path);
+// count, then the int32 sequence lengths; docs/datasets.md). Sequences of length 0, which
+// Megatron-LM writes for empty documents, are skipped and counted. Returns Corrupt for a malformed
+// or truncated file, Unsupported for another version or the legacy TNTIDX format, and
+// InvalidArgument when no sequence has a length >= 1.
+Result<MegatronIndexLengths> ReadMegatronIndex(const std::string& path);
 
 // Seeded synthetic length distributions, each a mixture of log-normals fitted by eye to the
 // histograms of the DCP paper (Fig. 2); see docs/datasets.md for the parameters.

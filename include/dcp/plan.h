@@ -173,7 +173,7 @@ struct PlanBlock {
 struct PlanComputeBlock {
   DataBlockId q_block, kv_block;
   int32_t head_group = 0;
-  int64_t area = 0;  // allowed (q, k) pairs per head; the tile's slices must cover exactly this
+  int64_t area = 0;  // allowed (q, k) pairs per head, >= 1; the tile's slices cover exactly this
   friend bool operator==(const PlanComputeBlock&, const PlanComputeBlock&) = default;
 };
 
@@ -223,6 +223,8 @@ Result<Plan> DecodePlan(std::string_view data, std::optional<DeviceId> expected_
 
 // Executes every device's programs symbolically (slots hold block identities, not numbers) and
 // returns the first violation, naming the pass, device, instruction index and the defect:
+//  - a table, slot size, division, slice or transfer size that breaks a rule DecodePlan checks too
+//    (docs/plan_format.md, "Checks"; the two share the code, so a valid plan always decodes);
 //  - a CommLaunch without a matching launch (same id) on a peer, or whose send and receive lists
 //    differ in count, order or slot sizes; a CommWait without launch; a deadlock;
 //  - an instruction reading a slot whose content is not what it needs (wrong kind or piece, not

@@ -172,7 +172,7 @@ def batch_from_idx(
     head_dim: int = 128,
     dtype: str = "bf16",
 ) -> Batch:
-    """A batch of every sequence of a Megatron-LM ``.idx`` file (as ``dcp plan --idx``)."""
+    """A batch of every non-empty sequence of a Megatron-LM ``.idx`` file (as ``dcp plan --idx``)."""
     return Batch(read_megatron_index(path), masks, heads, kv_heads, head_dim, dtype)
 
 

@@ -87,9 +87,10 @@ mask or shape. Immutable.)")
 
   m.def(
       "read_megatron_index",
-      [](const std::string& path) { return ValueOrThrow(ReadMegatronIndex(path)); },
+      [](const std::string& path) { return ValueOrThrow(ReadMegatronIndex(path)).lengths; },
       py::arg("path"),
-      "The sequence lengths of a Megatron-LM indexed dataset, from its .idx file.");
+      "The sequence lengths of a Megatron-LM indexed dataset, from its .idx file; sequences of "
+      "length 0 (empty documents) are left out.");
   m.def(
       "read_lengths_file",
       [](const std::string& path) { return ValueOrThrow(ReadLengthsFile(path)); }, py::arg("path"),

@@ -71,6 +71,15 @@ def test_megatron_index_is_read(tmp_path):
     assert batch.seqlens == lengths
 
 
+def test_megatron_index_skips_empty_sequences(tmp_path):
+    lengths = [7, 0, 12]  # Megatron-LM writes length 0 for an empty document
+    path = tmp_path / "empty.idx"
+    header = b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 4, len(lengths), 0)
+    body = struct.pack(f"<{len(lengths)}i", *lengths) + struct.pack(f"<{len(lengths)}q", 0, 28, 28)
+    path.write_bytes(header + body)
+    assert dcp.read_megatron_index(str(path)) == [7, 12]
+
+
 def test_missing_or_damaged_length_files_raise_value_error(tmp_path):
     with pytest.raises(ValueError, match="missing.idx"):
         dcp.read_megatron_index(str(tmp_path / "missing.idx"))

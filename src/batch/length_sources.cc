@@ -2,6 +2,7 @@
 // Sequence lengths from a list, a text file, or a Megatron-LM index file.
 #include <charconv>
 #include <cstring>
+#include <string_view>
 
 #include "dcp/batch.h"
 #include "util/file.h"
@@ -82,39 +83,68 @@ Result<std::vector<int64_t>> ReadLengthsFile(const std::string& path) {
   return lengths;
 }
 
-Result<std::vector<int64_t>> ReadMegatronIndex(const std::string& path) {
-  static constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
-  DCP_ASSIGN_OR_RETURN(std::string data, internal::ReadWholeFile(path));
+Result<MegatronIndexLengths> ReadMegatronIndex(const std::string& path) {
+  static constexpr std::string_view kMagic("MMIDIDX\0\0", 9);
+  // Megatron-LM's older IndexedDataset (--dataset-impl lazy or cached) starts with this. Its
+  // fairseq and Megatron variants share the magic and version but differ in their fields, so a
+  // reader could not tell them apart with certainty: refuse it by name instead of guessing.
+  static constexpr std::string_view kLegacyMagic("TNTIDX\0\0", 8);
+  // Read into a Result kept alive, not moved out with DCP_ASSIGN_OR_RETURN: GCC 12 then warns
+  // (wrongly) that the moved string's bytes may be uninitialized.
+  const Result<std::string> read = internal::ReadWholeFile(path);
+  if (!read.ok()) return read.status();
+  const std::string_view data = *read;
   const auto corrupt = [&path](std::string_view what) {
     return Status::Corrupt(fmt::format("Megatron index '{}': {}", path, what));
   };
-  if (data.size() < sizeof(kMagic) || std::memcmp(data.data(), kMagic, sizeof(kMagic)) != 0) {
-    return corrupt("missing the MMIDIDX header");
+  if (data.starts_with(kLegacyMagic)) {
+    return Status::Unsupported(fmt::format(
+        "Megatron index '{}': the legacy indexed dataset format (TNTIDX, written with "
+        "--dataset-impl lazy or cached) is not supported; convert it by re-running Megatron-LM's "
+        "tools/preprocess_data.py with --dataset-impl mmap (its default), which writes an MMIDIDX "
+        "index",
+        path));
   }
-  ByteReader reader(std::string_view(data).substr(sizeof(kMagic)));
+  if (!data.starts_with(kMagic)) return corrupt("missing the MMIDIDX header");
+  ByteReader reader(data.substr(kMagic.size()));
   uint64_t version = 0, n_sequences = 0, n_documents = 0;
   uint8_t dtype_code = 0;
   if (!reader.Read(&version) || !reader.Read(&dtype_code) || !reader.Read(&n_sequences) ||
       !reader.Read(&n_documents)) {
     return corrupt("truncated header");
   }
-  if (version != 1) return corrupt(fmt::format("version {} is not 1", version));
+  if (version != 1) {
+    return Status::Unsupported(
+        fmt::format("Megatron index '{}': version {} is not supported (dcp reads version 1, the "
+                    "only one Megatron-LM writes)",
+                    path, version));
+  }
   if (dtype_code < 1 || dtype_code > 8) return corrupt(fmt::format("dtype code {}", dtype_code));
-  if (n_sequences == 0) return corrupt("no sequences");
   // Lengths (int32), then pointers (int64) and document indices (int64) must all be present.
   if (n_sequences > reader.remaining() / 12 ||
       n_documents > (reader.remaining() - 12 * n_sequences) / 8) {
     return corrupt(fmt::format("{} sequences and {} documents do not fit in the file", n_sequences,
                                n_documents));
   }
-  std::vector<int64_t> lengths(n_sequences);
+  // Megatron-LM writes a sequence of length 0 for an empty document; it has nothing to attend.
+  MegatronIndexLengths out;
+  out.lengths.reserve(n_sequences);
   for (uint64_t i = 0; i < n_sequences; ++i) {
     int32_t len = 0;
     reader.Read(&len);
-    if (len < 1) return corrupt(fmt::format("sequence {} has length {}", i, len));
-    lengths[i] = len;
+    if (len < 0) return corrupt(fmt::format("sequence {} has length {}", i, len));
+    if (len == 0) {
+      ++out.empty_sequences;
+    } else {
+      out.lengths.push_back(len);
+    }
   }
-  return lengths;
+  if (out.lengths.empty()) {
+    return Status::InvalidArgument(
+        fmt::format("Megatron index '{}' holds no sequence of length >= 1 ({} sequences, {} empty)",
+                    path, n_sequences, out.empty_sequences));
+  }
+  return out;
 }
 
 }  // namespace dcp

@@ -3,6 +3,7 @@
 
 #include <charconv>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 namespace dcp::cli {
@@ -37,19 +38,24 @@ void AddBatchOptions(CLI::App& app, BatchArgs& args) {
   app.add_option("--dtype", args.dtype, "Storage dtype: fp32 | bf16")->capture_default_str();
   app.add_option("--block-size", args.block_size,
                  "Tokens per block, or 'auto' (plan, run, simulate: tuned among 1024, 2048, "
-                 "4096; blocks, place: the largest power of two spreading the batch over "
-                 "--devices)")
+                 "4096; blocks, place: the largest power of two spreading the batch over the "
+                 "devices)")
       ->capture_default_str();
   app.add_option("--head-groups", args.head_groups, "Head groups per tile (divides --kv-heads)")
       ->capture_default_str();
-  app.add_option("--devices", args.devices, "Devices, for --block-size auto")
-      ->capture_default_str();
+  app.add_option("--devices", args.devices,
+                 fmt::format("Device count: with --topology, must be its device count; without, "
+                             "the topology is 1xN (blocks: the devices --block-size auto spreads "
+                             "over, default {})",
+                             kDefaultBlockDevices));
   app.add_option("--eps-memory", args.eps_memory, "Memory tolerance, for --block-size auto")
       ->capture_default_str();
 }
 
 void AddPlacementOptions(CLI::App& app, PlacementArgs& args) {
-  app.add_option("--topology", args.topology, "NODESxDEVICES, e.g. 4x8")->capture_default_str();
+  app.add_option("--topology", args.topology,
+                 fmt::format("NODESxDEVICES, e.g. 4x8 (default: 1xN with --devices N, else {})",
+                             args.default_topology));
   app.add_option("--partitioner", args.partitioner, "builtin | zoltan")->capture_default_str();
   app.add_option("--eps-compute", args.eps_compute,
                  "Compute tolerance per device: at most (1 + this) x its node's mean FLOPs, so "
@@ -58,6 +64,29 @@ void AddPlacementOptions(CLI::App& app, PlacementArgs& args) {
   app.add_option("--eps-inter", args.eps_inter,
                  "Compute tolerance per node: at most (1 + this) x the mean node's FLOPs "
                  "(default: tuned; 0.4 for place)");
+}
+
+Result<Topology> BuildTopology(const BatchArgs& batch, const PlacementArgs& args) {
+  if (!args.topology && !batch.devices) return Topology::Parse(args.default_topology);
+  if (!args.topology) {
+    // Topology::Validate bounds the count; a value beyond int32 is out of its range anyway.
+    const bool fits = *batch.devices >= 1 && *batch.devices <= std::numeric_limits<int32_t>::max();
+    const Topology one_node{.nodes = 1,
+                            .devices_per_node = fits ? static_cast<int32_t>(*batch.devices) : 0};
+    if (Status s = one_node.Validate(); !s.ok()) {
+      return Status::InvalidArgument(fmt::format("--devices {} cannot be one node's devices: {}",
+                                                 *batch.devices, s.message()));
+    }
+    return one_node;
+  }
+  Result<Topology> topology = Topology::Parse(*args.topology);
+  if (!topology.ok()) return topology.status().WithContext("--topology");
+  if (batch.devices && *batch.devices != topology->devices()) {
+    return Status::InvalidArgument(
+        fmt::format("--devices {} does not match --topology {} ({} devices)", *batch.devices,
+                    *args.topology, topology->devices()));
+  }
+  return topology;
 }
 
 Result<PartitionOptions> BuildPartitionOptions(const BatchArgs& batch, const PlacementArgs& args) {
@@ -74,7 +103,9 @@ Result<PartitionOptions> BuildPartitionOptions(const BatchArgs& batch, const Pla
 
 namespace {
 
-Result<std::vector<int64_t>> BuildLengths(const BatchArgs& args) {
+// `empty_sequences`: set to the empty sequences an --idx file held (left out), else 0.
+Result<std::vector<int64_t>> BuildLengths(const BatchArgs& args, int64_t* empty_sequences) {
+  *empty_sequences = 0;
   if (args.seqlens) {
     if (args.seqlens->empty()) {
       return Status::InvalidArgument("--seqlens is empty: give lengths like 4096,1000");
@@ -82,7 +113,11 @@ Result<std::vector<int64_t>> BuildLengths(const BatchArgs& args) {
     return ParseLengthList(*args.seqlens);
   }
   if (args.seqlens_file) return ReadLengthsFile(*args.seqlens_file);
-  if (args.idx) return ReadMegatronIndex(*args.idx);
+  if (args.idx) {
+    DCP_ASSIGN_OR_RETURN(MegatronIndexLengths index, ReadMegatronIndex(*args.idx));
+    *empty_sequences = index.empty_sequences;
+    return std::move(index.lengths);
+  }
   DCP_ASSIGN_OR_RETURN(LengthDistribution distribution, ParseLengthDistribution(args.dataset));
   return SyntheticBatch(
       SyntheticOptions{.distribution = distribution, .scale = args.scale, .seed = args.seed},
@@ -107,8 +142,10 @@ Status WriteTextFile(const std::string& path, std::string_view text) {
   return Status::Ok();
 }
 
-Result<Batch> BuildBatch(const BatchArgs& args) {
-  DCP_ASSIGN_OR_RETURN(std::vector<int64_t> lengths, BuildLengths(args));
+Result<Batch> BuildBatch(const BatchArgs& args, int64_t* empty_sequences) {
+  int64_t skipped = 0;
+  DCP_ASSIGN_OR_RETURN(std::vector<int64_t> lengths, BuildLengths(args, &skipped));
+  if (empty_sequences != nullptr) *empty_sequences = skipped;
   DCP_ASSIGN_OR_RETURN(MaskSpec mask, BuildMaskSpec(args.mask));
   DCP_ASSIGN_OR_RETURN(DType dtype, ParseDType(args.dtype));
   const AttentionShape shape{
@@ -116,13 +153,14 @@ Result<Batch> BuildBatch(const BatchArgs& args) {
   return Batch::Create(std::move(lengths), {std::move(mask)}, shape);
 }
 
-Result<BlockingOptions> BuildBlockingOptions(const BatchArgs& args, const Batch& batch) {
+Result<BlockingOptions> BuildBlockingOptions(const BatchArgs& args, const Batch& batch,
+                                             int64_t devices) {
   BlockingOptions options{.head_groups = args.head_groups};
   if (args.block_size == "auto") {
     DCP_ASSIGN_OR_RETURN(
         BlockSizeChoice choice,
         ChooseBlockSize(batch.seqlens(),
-                        BlockSizeOptions{.devices = args.devices, .eps_memory = args.eps_memory}));
+                        BlockSizeOptions{.devices = devices, .eps_memory = args.eps_memory}));
     options.block_size = choice.block_size;
     return options;
   }

@@ -30,7 +30,7 @@ std::vector<SequenceSummary> Summarize(const BlockSet& set, size_t n_sequences) 
   return rows;
 }
 
-nlohmann::json ToJson(const Batch& batch, const BlockSet& set) {
+nlohmann::json ToJson(const Batch& batch, const BlockSet& set, int64_t empty_sequences) {
   const std::vector<SequenceSummary> rows = Summarize(set, batch.seqlens().size());
   nlohmann::json sequences = nlohmann::json::array();
   for (size_t s = 0; s < rows.size(); ++s) {
@@ -51,6 +51,7 @@ nlohmann::json ToJson(const Batch& batch, const BlockSet& set) {
   return {{"block_size", set.block_size},
           {"head_groups", set.head_groups},
           {"n_sequences", batch.seqlens().size()},
+          {"empty_sequences_skipped", empty_sequences},
           {"total_tokens", batch.total_tokens()},
           {"n_data_blocks", set.data_blocks.size()},
           {"n_compute_blocks", set.compute_blocks.size()},
@@ -67,7 +68,7 @@ nlohmann::json ToJson(const Batch& batch, const BlockSet& set) {
           {"sequences", sequences}};
 }
 
-void PrintTable(const Batch& batch, const BlockSet& set) {
+void PrintTable(const Batch& batch, const BlockSet& set, int64_t empty_sequences) {
   const std::vector<SequenceSummary> rows = Summarize(set, batch.seqlens().size());
   fmt::print("{:>5} {:>9} {:>8} {:>10} {:>12} {:>12} {:>8}  {}\n", "seq", "tokens", "data",
              "compute", "fwd GFLOP", "bwd GFLOP", "density", "mask");
@@ -86,6 +87,9 @@ void PrintTable(const Batch& batch, const BlockSet& set) {
   fmt::print("block size {}, {} head group(s), {} query / {} KV heads, head dim {}, {}\n",
              set.block_size, set.head_groups, batch.shape().heads, batch.shape().kv_heads,
              batch.shape().head_dim, ToString(batch.shape().dtype));
+  if (empty_sequences > 0) {
+    fmt::print("{} empty sequence(s) of the index skipped\n", empty_sequences);
+  }
 }
 
 }  // namespace
@@ -100,16 +104,18 @@ CommandRunner AddBlocksCommand(CLI::App& app) {
   cmd->add_flag("--json", *json, "Print one JSON object instead of a table");
   return [cmd, args, json]() -> int {
     if (!cmd->parsed()) return 0;
-    Result<Batch> batch = BuildBatch(*args);
+    int64_t empty_sequences = 0;
+    Result<Batch> batch = BuildBatch(*args, &empty_sequences);
     if (!batch.ok()) return ReportError(batch.status());
-    Result<BlockingOptions> options = BuildBlockingOptions(*args, *batch);
+    Result<BlockingOptions> options =
+        BuildBlockingOptions(*args, *batch, args->devices.value_or(kDefaultBlockDevices));
     if (!options.ok()) return ReportError(options.status());
     Result<BlockSet> set = MakeBlocks(*batch, *options);
     if (!set.ok()) return ReportError(set.status());
     if (*json) {
-      fmt::print("{}\n", ToJson(*batch, *set).dump(2));
+      fmt::print("{}\n", ToJson(*batch, *set, empty_sequences).dump(2));
     } else {
-      PrintTable(*batch, *set);
+      PrintTable(*batch, *set, empty_sequences);
     }
     return 0;
   };

@@ -39,12 +39,12 @@ nlohmann::json ToJson(const PlacementReport& r, const Topology& topology, double
 int Run(const BatchArgs& batch_args, const PlaceArgs& args) {
   Result<Batch> batch = BuildBatch(batch_args);
   if (!batch.ok()) return ReportError(batch.status());
-  Result<BlockingOptions> blocking = BuildBlockingOptions(batch_args, *batch);
+  Result<Topology> topology = BuildTopology(batch_args, args.placement);
+  if (!topology.ok()) return ReportError(topology.status());
+  Result<BlockingOptions> blocking = BuildBlockingOptions(batch_args, *batch, topology->devices());
   if (!blocking.ok()) return ReportError(blocking.status());
   Result<BlockSet> blocks = MakeBlocks(*batch, *blocking);
   if (!blocks.ok()) return ReportError(blocks.status());
-  Result<Topology> topology = Topology::Parse(args.placement.topology);
-  if (!topology.ok()) return ReportError(topology.status());
   Result<PartitionOptions> options = BuildPartitionOptions(batch_args, args.placement);
   if (!options.ok()) return ReportError(options.status());
   const Hypergraph graph = BuildHypergraph(*blocks);

@@ -88,7 +88,7 @@ Result<PlanOptions> PlanOptionsFromArgs(const BatchArgs& batch_args, const Place
                                         const PlannerArgs& planner) {
   PlanOptions options;
   DCP_ASSIGN_OR_RETURN(options.cluster, LoadCluster(planner.cluster));
-  DCP_ASSIGN_OR_RETURN(options.topology, Topology::Parse(placement.topology));
+  DCP_ASSIGN_OR_RETURN(options.topology, BuildTopology(batch_args, placement));
   options.head_groups = batch_args.head_groups;
   if (batch_args.block_size != "auto") {
     const std::string& text = batch_args.block_size;
@@ -122,14 +122,16 @@ Result<PlanOptions> PlanOptionsFromArgs(const BatchArgs& batch_args, const Place
 
 Result<PlannedFromArgs> PlanFromArgs(const BatchArgs& batch_args, const PlacementArgs& placement,
                                      const PlannerArgs& planner) {
-  DCP_ASSIGN_OR_RETURN(Batch batch, BuildBatch(batch_args));
+  int64_t empty_sequences = 0;
+  DCP_ASSIGN_OR_RETURN(Batch batch, BuildBatch(batch_args, &empty_sequences));
   DCP_ASSIGN_OR_RETURN(PlanOptions options, PlanOptionsFromArgs(batch_args, placement, planner));
   if (!planner.read_partition.empty()) {
     DCP_ASSIGN_OR_RETURN(options.placement,
                          ReadPlacement(planner.read_partition, batch, options));
   }
   DCP_ASSIGN_OR_RETURN(PlannedBatch planned, PlanBatch(batch, options));
-  return PlannedFromArgs{.batch = std::move(batch), .planned = std::move(planned)};
+  return PlannedFromArgs{
+      .batch = std::move(batch), .planned = std::move(planned), .empty_sequences = empty_sequences};
 }
 
 nlohmann::json CandidatesJson(const PlannedBatch& planned) {

@@ -40,6 +40,7 @@ Result<PlanOptions> PlanOptionsFromArgs(const BatchArgs& batch_args, const Place
 struct PlannedFromArgs {
   Batch batch;
   PlannedBatch planned;
+  int64_t empty_sequences = 0;  // of an --idx file, left out of the batch
 };
 
 // The batch the command line describes, planned by PlanBatch.

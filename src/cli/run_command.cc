@@ -227,13 +227,14 @@ Result<PlannedFromArgs> PlanForRun(const BatchArgs& batch_args, const RunArgs& a
     return Status::InvalidArgument(fmt::format(
         "--read-partition gives the placement; --strategy {} has its own", args.strategy));
   }
-  Result<Topology> topology = Topology::Parse(args.placement.topology);
-  if (!topology.ok()) return topology.status().WithContext("--topology");
-  DCP_ASSIGN_OR_RETURN(Batch batch, BuildBatch(batch_args));
+  DCP_ASSIGN_OR_RETURN(const Topology topology, BuildTopology(batch_args, args.placement));
+  int64_t empty_sequences = 0;
+  DCP_ASSIGN_OR_RETURN(Batch batch, BuildBatch(batch_args, &empty_sequences));
   Stopwatch watch;
   DCP_ASSIGN_OR_RETURN(BaselinePlan baseline,
-                       PlanBaseline(*strategy, batch, BaselineOptions{.topology = *topology}));
+                       PlanBaseline(*strategy, batch, BaselineOptions{.topology = topology}));
   PlannedFromArgs out{.batch = std::move(batch), .planned = {}};
+  out.empty_sequences = empty_sequences;
   out.planned.blocks = std::move(baseline.blocks);
   out.planned.plan = std::move(baseline.plan);
   out.planned.ms.compile = watch.Lap();
@@ -241,9 +242,12 @@ Result<PlannedFromArgs> PlanForRun(const BatchArgs& batch_args, const RunArgs& a
 }
 
 // Compares the outputs of `run` with the dense `reference`, writes --dump, prints the table or
-// --json, and returns the exit code: 0 when every output is within tolerance.
-int CheckAndReport(const RunArgs& args, const Batch& batch, const Plan& plan,
-                   const BatchTensors& run, const BatchTensors& reference, const RunTimes& ms) {
+// --json, and returns the exit code: 0 when every output is within tolerance. `planned` holds the
+// batch, its plan and the empty sequences of an --idx file left out of the batch.
+int CheckAndReport(const RunArgs& args, const PlannedFromArgs& planned, const BatchTensors& run,
+                   const BatchTensors& reference, const RunTimes& ms) {
+  const Batch& batch = planned.batch;
+  const Plan& plan = planned.planned.plan;
   const double tolerance = batch.shape().dtype == DType::kFloat32 ? 1e-5 : 1e-2;
   nlohmann::json errors;
   bool within = true;
@@ -271,10 +275,14 @@ int CheckAndReport(const RunArgs& args, const Batch& batch, const Plan& plan,
         {"ms", {{"plan", ms.plan}, {"run", ms.run}, {"reference", ms.reference}}}};
     fmt::print("{}\n", j.dump(2));
   } else {
+    const std::string skipped =
+        planned.empty_sequences > 0
+            ? fmt::format(" ({} empty ones of the index skipped)", planned.empty_sequences)
+            : "";
     fmt::print(
-        "{} sequences, {} tokens on {} {}, plan {}: planned in {:.1f} ms, ran "
+        "{} sequences{}, {} tokens on {} {}, plan {}: planned in {:.1f} ms, ran "
         "forward+backward in {:.1f} ms (dense reference {:.1f} ms)\n",
-        batch.seqlens().size(), batch.total_tokens(), devices,
+        batch.seqlens().size(), skipped, batch.total_tokens(), devices,
         args.comm == "mpi" ? "MPI ranks" : "devices", plan.origin, ms.plan, ms.run,
         ms.reference);
     for (const auto& [name, e] : errors.items()) {
@@ -342,7 +350,7 @@ int RunLocal(const BatchArgs& batch_args, const RunArgs& args) {
                              ReferenceSeconds(batch)));
   DenseAttention(batch, 0, reference);
   ms.reference = watch.Lap();
-  return CheckAndReport(args, batch, plan, run, reference, ms);
+  return CheckAndReport(args, *planned, run, reference, ms);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -526,13 +534,13 @@ Result<int> RunRankSteps(const BatchArgs& batch_args, const RunArgs& args, Commu
                              ReferenceSeconds(planned->batch)));
   DenseAttention(planned->batch, 0, reference);
   ms.reference = watch.Lap();
-  return CheckAndReport(args, planned->batch, planned->planned.plan, tensors, reference, ms);
+  return CheckAndReport(args, *planned, tensors, reference, ms);
 }
 
 // Checks that every rank makes alike, so no rank needs telling, then this rank's steps; on an
 // error it tells the other ranks (Communicator::Fail).
 Result<int> RunRank(const BatchArgs& batch_args, const RunArgs& args, Communicator& comm) {
-  DCP_ASSIGN_OR_RETURN(Topology topology, Topology::Parse(args.placement.topology));
+  DCP_ASSIGN_OR_RETURN(Topology topology, BuildTopology(batch_args, args.placement));
   if (topology.devices() != comm.size()) {
     return Status::InvalidArgument(fmt::format(
         "--comm mpi: the plan is for {} devices (topology {}) but this MPI job has {} ranks; "
@@ -617,7 +625,7 @@ CommandRunner AddRunCommand(CLI::App& app) {
   // The dense reference is O(tokens^2): a small batch by default.
   batch_args->tokens = 2048;
   auto args = std::make_shared<RunArgs>();
-  args->placement.topology = "1x4";
+  args->placement.default_topology = "1x4";
   AddBatchOptions(*cmd, *batch_args);
   AddPlacementOptions(*cmd, args->placement);
   cmd->add_option("--comm", args->comm,
@@ -650,11 +658,6 @@ CommandRunner AddRunCommand(CLI::App& app) {
   cmd->add_flag("--json", args->json, "Print one JSON object");
   return [cmd, batch_args, args]() -> int {
     if (!cmd->parsed()) return 0;
-    // --devices N (a batch option, also used by --block-size auto) means one node of N devices
-    // unless --topology is given.
-    if (cmd->count("--devices") > 0 && cmd->count("--topology") == 0) {
-      args->placement.topology = fmt::format("1x{}", batch_args->devices);
-    }
     return Run(*batch_args, *args);
   };
 }

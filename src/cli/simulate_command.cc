@@ -185,8 +185,8 @@ int Run(const CLI::App& cmd, BatchArgs batch_args, const SimulateArgs& args) {
     if (Status s = CheckPlanFileAlone(cmd, args); !s.ok()) return ReportError(s);
     simulated = FromFile(args, *cluster);
   } else {
-    Result<Topology> topology = Topology::Parse(args.placement.topology);
-    if (!topology.ok()) return ReportError(topology.status().WithContext("--topology"));
+    Result<Topology> topology = BuildTopology(batch_args, args.placement);
+    if (!topology.ok()) return ReportError(topology.status());
     if (Status s = CheckDevicesPerNode(*topology, *cluster); !s.ok()) return ReportError(s);
     if (*strategy != Strategy::kDcp && !args.planner.read_partition.empty()) {
       return ReportError(Status::InvalidArgument(fmt::format(

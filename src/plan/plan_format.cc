@@ -22,6 +22,7 @@
 
 #include "dcp/plan.h"
 #include "plan/plan_format_internal.h"
+#include "plan/plan_rules.h"
 
 namespace dcp {
 namespace internal {
@@ -95,10 +96,6 @@ namespace {
 
 using internal::kPlanHeaderBytes;
 
-// Bounds the format puts on values (docs/plan_format.md, "Checks").
-constexpr int32_t kMaxDevices = 256;                                  // Topology::Validate's bound
-constexpr int64_t kMaxSliceBase = 2 * kMaxSequenceLength;             // |base| of a tile's slice
-constexpr int64_t kMaxSlotBytes = int64_t{1} << 40;                   // one slot's capacity
 constexpr uint32_t kMaxCount = std::numeric_limits<uint32_t>::max();  // counts are uint32
 
 // Fewest bytes one element of each list takes, to bound a count by the bytes left.
@@ -149,7 +146,8 @@ Status Require(bool condition, fmt::format_string<Args...> message, Args&&... ar
   return Status::Corrupt(fmt::format(message, std::forward<Args>(args)...));
 }
 
-// A Validate() failure of a decoded struct is damage to the file, not a caller's mistake.
+// A broken rule of plan_rules.h (or a Validate() failure) in a decoded plan is damage to the
+// file, not a caller's mistake.
 Status AsCorrupt(const Status& status) {
   return status.ok() ? status : Status::Corrupt(status.message());
 }
@@ -415,11 +413,6 @@ Status DecodeDType(uint8_t code, DType* dtype) {
   return Status::Corrupt(fmt::format("dtype code {} is not in [0, 1]", code));
 }
 
-Status CheckSliceBase(int64_t base, std::string_view side) {
-  return Require(base >= -kMaxSliceBase && base <= kMaxSliceBase, "{} base {} is not in [{}, {}]",
-                 side, base, -kMaxSliceBase, kMaxSliceBase);
-}
-
 // `rows`: tokens of the tile's q block; the slice's rows must lie inside the tile.
 Status Decode(Reader& r, int64_t rows, Slice* s) {
   uint8_t lo_slope = 0, hi_slope = 0;
@@ -427,13 +420,7 @@ Status Decode(Reader& r, int64_t rows, Slice* s) {
       r.Read(&s->row_begin, &s->row_end, &s->lo.base, &lo_slope, &s->hi.base, &hi_slope));
   s->lo.slope = lo_slope;
   s->hi.slope = hi_slope;
-  DCP_RETURN_IF_ERROR(Require(0 <= s->row_begin && s->row_begin <= s->row_end && s->row_end <= rows,
-                              "rows [{}, {}) are not inside the tile's {} rows", s->row_begin,
-                              s->row_end, rows));
-  DCP_RETURN_IF_ERROR(Require(lo_slope <= 1 && hi_slope <= 1, "slopes {} and {} must be 0 or 1",
-                              lo_slope, hi_slope));
-  DCP_RETURN_IF_ERROR(CheckSliceBase(s->lo.base, "lo"));
-  return CheckSliceBase(s->hi.base, "hi");
+  return AsCorrupt(internal::CheckSlice(*s, rows));
 }
 
 // A tile's slots: the ones its pass reads or accumulates into are required, the others optional.
@@ -466,9 +453,7 @@ Status Decode(Reader& r, const ProgramScope& scope, Pass pass, AttentionTile* t)
 Status Decode(Reader& r, const ProgramScope& scope, BlockwiseAttention* a) {
   DCP_RETURN_IF_ERROR(r.Enum(Pass::kBackward, "pass", &a->pass));
   DCP_RETURN_IF_ERROR(r.Read(&a->division));
-  DCP_RETURN_IF_ERROR(Require(a->division >= 0 && a->division < scope.plan.n_divisions,
-                              "division {} out of range ({} divisions)", a->division,
-                              scope.plan.n_divisions));
+  DCP_RETURN_IF_ERROR(AsCorrupt(internal::CheckDivision(a->division, scope.plan.n_divisions)));
   return r.List(kMinTileBytes, "tile", &a->tiles,
                 [&](AttentionTile* t) { return Decode(r, scope, a->pass, t); });
 }
@@ -511,10 +496,9 @@ Status Decode(Reader& r, const ProgramScope& scope, PeerSlots* p) {
                               "{} entry byte counts for {} entries", p->bytes.size(),
                               p->slots.size()));
   for (size_t k = 0; k < p->slots.size(); ++k) {
-    const int64_t capacity = scope.slots[p->slots[k]].bytes;
-    DCP_RETURN_IF_ERROR(Require(p->bytes[k] >= 0 && p->bytes[k] <= capacity,
-                                "entry {} moves {} bytes of slot {}, which holds {}", k,
-                                p->bytes[k], p->slots[k], capacity));
+    const Status bytes =
+        internal::CheckEntryBytes(p->bytes[k], p->slots[k], scope.slots[p->slots[k]].bytes);
+    DCP_RETURN_IF_ERROR(AsCorrupt(Within(bytes, "entry {}", k)));
   }
   return Status::Ok();
 }
@@ -564,8 +548,7 @@ Status Decode(Reader& r, SlotInfo* s) {
   DCP_RETURN_IF_ERROR(r.Enum(TensorKind::kDKV, "tensor kind", &s->kind));
   DCP_RETURN_IF_ERROR(r.Read(&dtype, &s->bytes));
   DCP_RETURN_IF_ERROR(DecodeDType(dtype, &s->dtype));
-  return Require(s->bytes >= 0 && s->bytes <= kMaxSlotBytes, "{} bytes are not in [0, {}]",
-                 s->bytes, kMaxSlotBytes);
+  return AsCorrupt(internal::CheckSlotBytes(s->bytes));
 }
 
 // `device` and `pass`: what the program's position in the file says it must be.
@@ -602,96 +585,35 @@ Status DecodePrograms(Reader& r, const Plan& plan, Pass pass, std::vector<Progra
   return Status::Ok();
 }
 
-Status Decode(Reader& r, Topology* t) {
-  DCP_RETURN_IF_ERROR(r.Read(&t->nodes, &t->devices_per_node));
-  // Bounded before Validate(), which multiplies the two.
-  DCP_RETURN_IF_ERROR(Require(t->nodes >= 1 && t->nodes <= kMaxDevices &&
-                                  t->devices_per_node >= 1 && t->devices_per_node <= kMaxDevices,
-                              "{}x{} has a count outside [1, {}]", t->nodes, t->devices_per_node,
-                              kMaxDevices));
-  return AsCorrupt(t->Validate());
-}
-
-Status Decode(Reader& r, AttentionShape* s) {
+Status DecodeShape(Reader& r, AttentionShape* s) {
   uint8_t dtype = 0;
   DCP_RETURN_IF_ERROR(r.Read(&s->heads, &s->kv_heads, &s->head_dim, &dtype));
-  DCP_RETURN_IF_ERROR(DecodeDType(dtype, &s->dtype));
-  return AsCorrupt(s->Validate());
+  return Within(DecodeDType(dtype, &s->dtype), "shape");
 }
 
-Status DecodeBlockSizes(Reader& r, Plan* plan) {
-  DCP_RETURN_IF_ERROR(r.Read(&plan->block_size, &plan->head_groups));
-  DCP_RETURN_IF_ERROR(Require(plan->block_size >= 1 && plan->block_size <= kMaxSequenceLength,
-                              "block_size {} is not in [1, {}]", plan->block_size,
-                              kMaxSequenceLength));
-  return Require(plan->head_groups >= 1 && plan->shape.kv_heads % plan->head_groups == 0,
-                 "head_groups {} does not divide kv_heads {}", plan->head_groups,
-                 plan->shape.kv_heads);
-}
-
-Status Decode(Reader& r, const Plan& plan, PlanBlock* b) {
-  DCP_RETURN_IF_ERROR(r.Read(&b->sequence.value, &b->token_begin, &b->tokens));
-  DCP_RETURN_IF_ERROR(CheckIndex(b->sequence.value, plan.seqlens.size(), "sequence"));
-  const int64_t length = plan.seqlens[b->sequence.value];
-  DCP_RETURN_IF_ERROR(Require(b->tokens >= 1 && b->tokens <= plan.block_size,
-                              "{} tokens are not in [1, block_size {}]", b->tokens,
-                              plan.block_size));
-  return Require(b->token_begin >= 0 && b->token_begin <= length - b->tokens,
-                 "tokens [{}, {} + {}) are not inside sequence {} of {} tokens", b->token_begin,
-                 b->token_begin, b->tokens, b->sequence.value, length);
-}
-
-Status Decode(Reader& r, const Plan& plan, PlanComputeBlock* c) {
-  DCP_RETURN_IF_ERROR(r.Read(&c->q_block.value, &c->kv_block.value, &c->head_group, &c->area));
-  DCP_RETURN_IF_ERROR(Within(CheckIndex(c->q_block.value, plan.blocks.size(), "data block"), "q"));
-  DCP_RETURN_IF_ERROR(
-      Within(CheckIndex(c->kv_block.value, plan.blocks.size(), "data block"), "kv"));
-  DCP_RETURN_IF_ERROR(
-      CheckIndex(c->head_group, static_cast<size_t>(plan.head_groups), "head group"));
-  const PlanBlock& q = plan.blocks[c->q_block.value];
-  const PlanBlock& kv = plan.blocks[c->kv_block.value];
-  DCP_RETURN_IF_ERROR(Require(q.sequence == kv.sequence,
-                              "q block {} (sequence {}) and kv block {} (sequence {}) differ in "
-                              "sequence",
-                              c->q_block.value, q.sequence.value, c->kv_block.value,
-                              kv.sequence.value));
-  return Require(c->area >= 0 && c->area <= q.tokens * kv.tokens, "area {} is not in [0, {} x {}]",
-                 c->area, q.tokens, kv.tokens);
-}
-
-Status DecodeLength(Reader& r, int64_t* length) {
-  DCP_RETURN_IF_ERROR(r.Read(length));
-  return Require(*length >= 1 && *length <= kMaxSequenceLength, "length {} is not in [1, {}]",
-                 *length, kMaxSequenceLength);
-}
-
-Status DecodeDevice(Reader& r, const Plan& plan, DeviceId* device) {
-  DCP_RETURN_IF_ERROR(r.Read(&device->value));
-  return CheckIndex(device->value, plan.topology.devices(), "device");
-}
-
+// Reads the tables, n_divisions and part_device as they are: DecodePayload then checks the tables
+// with the rules ValidatePlan uses too (plan_rules.h).
 Status DecodeTables(Reader& r, Plan* plan) {
-  DCP_RETURN_IF_ERROR(Within(Decode(r, &plan->topology), "topology"));
-  DCP_RETURN_IF_ERROR(Within(Decode(r, &plan->shape), "shape"));
-  DCP_RETURN_IF_ERROR(DecodeBlockSizes(r, plan));
+  DCP_RETURN_IF_ERROR(r.Read(&plan->topology.nodes, &plan->topology.devices_per_node));
+  DCP_RETURN_IF_ERROR(DecodeShape(r, &plan->shape));
+  DCP_RETURN_IF_ERROR(r.Read(&plan->block_size, &plan->head_groups));
   DCP_RETURN_IF_ERROR(r.List(kMinSeqlenBytes, "sequence", &plan->seqlens,
-                             [&](int64_t* length) { return DecodeLength(r, length); }));
-  DCP_RETURN_IF_ERROR(r.List(kMinBlockBytes, "data block", &plan->blocks,
-                             [&](PlanBlock* b) { return Decode(r, *plan, b); }));
+                             [&](int64_t* length) { return r.Read(length); }));
+  DCP_RETURN_IF_ERROR(r.List(kMinBlockBytes, "data block", &plan->blocks, [&](PlanBlock* b) {
+    return r.Read(&b->sequence.value, &b->token_begin, &b->tokens);
+  }));
   DCP_RETURN_IF_ERROR(r.List(kMinOwnerBytes, "block owner", &plan->block_owner,
-                             [&](DeviceId* d) { return DecodeDevice(r, *plan, d); }));
-  DCP_RETURN_IF_ERROR(Require(plan->block_owner.size() == plan->blocks.size(),
-                              "{} block owners for {} data blocks", plan->block_owner.size(),
-                              plan->blocks.size()));
-  return r.List(kMinComputeBlockBytes, "compute block", &plan->compute_blocks,
-                [&](PlanComputeBlock* c) { return Decode(r, *plan, c); });
+                             [&](DeviceId* d) { return r.Read(&d->value); }));
+  DCP_RETURN_IF_ERROR(r.List(
+      kMinComputeBlockBytes, "compute block", &plan->compute_blocks, [&](PlanComputeBlock* c) {
+        return r.Read(&c->q_block.value, &c->kv_block.value, &c->head_group, &c->area);
+      }));
+  return r.Read(&plan->n_divisions, &plan->part_device);
 }
 
 Status DecodePayload(Reader& r, Plan* plan) {
   DCP_RETURN_IF_ERROR(DecodeTables(r, plan));
-  DCP_RETURN_IF_ERROR(r.Read(&plan->n_divisions, &plan->part_device));
-  DCP_RETURN_IF_ERROR(
-      Require(plan->n_divisions >= 0, "n_divisions {} is negative", plan->n_divisions));
+  DCP_RETURN_IF_ERROR(AsCorrupt(internal::CheckPlanTables(*plan)));
   DCP_RETURN_IF_ERROR(
       Require(plan->part_device >= -1 && plan->part_device < plan->topology.devices(),
               "part_device {} is neither -1 (the whole plan) nor one of the {} devices",

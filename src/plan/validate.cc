@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "dcp/plan.h"
+#include "plan/plan_rules.h"
 
 namespace dcp {
 namespace {
@@ -111,28 +112,15 @@ Status ExpectAccumulator(const Content& c, TensorKind kind, const std::optional<
       WithArticle(kind), piece ? fmt::format(" of {}", PieceText(*piece)) : std::string()));
 }
 
-// A tile's column bases lie within a sequence's, shifted by at most a sequence length; anything
-// larger describes no column and could overflow SliceArea.
-constexpr int64_t kMaxSliceBase = int64_t{1} << 41;
-
-// Checks a tile's mask slices: rows inside the tile, slopes 0 or 1, area equal to the block's.
+// Checks a tile's mask slices: each by the rules of plan_rules.h, and their area equal to the
+// block's.
 Status CheckSlices(const std::vector<Slice>& slices, int64_t q_tokens, int64_t kv_tokens,
                    int64_t area) {
   int64_t covered = 0;
   for (size_t i = 0; i < slices.size(); ++i) {
     const Slice& s = slices[i];
-    if (s.row_begin < 0 || s.row_begin > s.row_end || s.row_end > q_tokens) {
-      return Status::InvalidArgument(fmt::format("slice {} has rows [{}, {}) outside [0, {})", i,
-                                                 s.row_begin, s.row_end, q_tokens));
-    }
-    if ((s.lo.slope != 0 && s.lo.slope != 1) || (s.hi.slope != 0 && s.hi.slope != 1)) {
-      return Status::InvalidArgument(fmt::format("slice {} has a slope that is not 0 or 1", i));
-    }
-    const auto out_of_range = [](int64_t base) {
-      return base < -kMaxSliceBase || base > kMaxSliceBase;
-    };
-    if (out_of_range(s.lo.base) || out_of_range(s.hi.base)) {
-      return Status::InvalidArgument(fmt::format("slice {} has a column base out of range", i));
+    if (Status status = internal::CheckSlice(s, q_tokens); !status.ok()) {
+      return status.WithContext(fmt::format("slice {}", i));
     }
     covered += SliceArea(s, 0, q_tokens, 0, kv_tokens);
     if (covered > area) break;  // already wrong; stop before a long sum could overflow
@@ -172,69 +160,19 @@ class PlanIndex {
   std::vector<std::vector<int32_t>> by_q_, by_kv_;
 };
 
-// Plan-wide tables: topology, program counts, blocks, owners and compute blocks.
-Status CheckPlanTables(const Plan& plan) {
+// A whole plan (not one device's part) whose tables obey plan_rules.h, with one program per
+// device in each pass.
+Status CheckWholePlan(const Plan& plan) {
   if (plan.part_device >= 0) {
     return Status::InvalidArgument(
         fmt::format("validate needs a whole plan, not the part of device {}", plan.part_device));
   }
-  DCP_RETURN_IF_ERROR(plan.topology.Validate());
+  DCP_RETURN_IF_ERROR(internal::CheckPlanTables(plan));
   const auto devices = static_cast<size_t>(plan.topology.devices());
   if (plan.forward.size() != devices || plan.backward.size() != devices) {
     return Status::InvalidArgument(
         fmt::format("plan has {} forward and {} backward programs for {} devices",
                     plan.forward.size(), plan.backward.size(), devices));
-  }
-  DCP_RETURN_IF_ERROR(plan.shape.Validate());
-  if (plan.head_groups < 1 || plan.shape.kv_heads % plan.head_groups != 0) {
-    return Status::InvalidArgument(fmt::format("head_groups {} does not divide kv_heads {}",
-                                               plan.head_groups, plan.shape.kv_heads));
-  }
-  for (size_t s = 0; s < plan.seqlens.size(); ++s) {
-    if (plan.seqlens[s] < 1 || plan.seqlens[s] > kMaxSequenceLength) {
-      return Status::InvalidArgument(fmt::format("sequence {} has length {}, not in [1, {}]", s,
-                                                 plan.seqlens[s], kMaxSequenceLength));
-    }
-  }
-  if (plan.block_owner.size() != plan.blocks.size()) {
-    return Status::InvalidArgument(
-        fmt::format("{} block owners for {} blocks", plan.block_owner.size(), plan.blocks.size()));
-  }
-  for (size_t b = 0; b < plan.blocks.size(); ++b) {
-    const PlanBlock& block = plan.blocks[b];
-    const int32_t seq = block.sequence.value;
-    if (seq < 0 || static_cast<size_t>(seq) >= plan.seqlens.size() || block.tokens < 1 ||
-        block.tokens > plan.seqlens[seq] || block.token_begin < 0 ||
-        block.token_begin > plan.seqlens[seq] - block.tokens) {
-      return Status::InvalidArgument(
-          fmt::format("block {} (sequence {}, tokens [{}, {})) is not inside its sequence", b, seq,
-                      block.token_begin, block.token_begin + block.tokens));
-    }
-    const int32_t owner = plan.block_owner[b].value;
-    if (owner < 0 || owner >= plan.topology.devices()) {
-      return Status::InvalidArgument(fmt::format("block {} has owner device {}", b, owner));
-    }
-  }
-  const auto n_blocks = static_cast<int32_t>(plan.blocks.size());
-  for (size_t c = 0; c < plan.compute_blocks.size(); ++c) {
-    const PlanComputeBlock& cb = plan.compute_blocks[c];
-    const int32_t q = cb.q_block.value, kv = cb.kv_block.value;
-    if (q < 0 || q >= n_blocks || kv < 0 || kv >= n_blocks || cb.head_group < 0 ||
-        cb.head_group >= plan.head_groups) {
-      return Status::InvalidArgument(fmt::format(
-          "compute block {} (q block {}, kv block {}, group {}) names a block or group that does "
-          "not exist",
-          c, q, kv, cb.head_group));
-    }
-    if (plan.blocks[q].sequence != plan.blocks[kv].sequence) {
-      return Status::InvalidArgument(fmt::format(
-          "compute block {}: q block {} and kv block {} are in different sequences", c, q, kv));
-    }
-    if (cb.area < 1 || cb.area > plan.blocks[q].tokens * plan.blocks[kv].tokens) {
-      return Status::InvalidArgument(fmt::format("compute block {} has area {}, outside [1, {}]", c,
-                                                 cb.area,
-                                                 plan.blocks[q].tokens * plan.blocks[kv].tokens));
-    }
   }
   return Status::Ok();
 }
@@ -261,7 +199,7 @@ struct SymbolicDevice {
   }
 };
 
-// Validates one pass of a plan whose tables passed CheckPlanTables.
+// Validates one pass of a plan that passed CheckWholePlan.
 class PassValidator {
  public:
   PassValidator(const Plan& plan, Pass pass, const PlanIndex& index)
@@ -393,6 +331,11 @@ Status PassValidator::PrepareDevice(SymbolicDevice& dev) {
                                                ToString(program.pass), program.device.value));
   }
   dev.slots.resize(program.slots.size());
+  for (size_t i = 0; i < program.slots.size(); ++i) {
+    if (Status s = internal::CheckSlotBytes(program.slots[i].bytes); !s.ok()) {
+      return s.WithContext(fmt::format("slot {}", i));
+    }
+  }
   for (size_t i = 0; i < program.inputs.size(); ++i) {
     const Binding& b = program.inputs[i];
     DCP_RETURN_IF_ERROR(
@@ -641,10 +584,7 @@ Status PassValidator::Execute(SymbolicDevice& dev, const BlockwiseAttention& att
     return Status::InvalidArgument(
         fmt::format("a {} attention in the {} pass", ToString(attention.pass), ToString(pass_)));
   }
-  if (attention.division < 0 || attention.division >= plan_.n_divisions) {
-    return Status::InvalidArgument(
-        fmt::format("division {} is not in [0, {})", attention.division, plan_.n_divisions));
-  }
+  DCP_RETURN_IF_ERROR(internal::CheckDivision(attention.division, plan_.n_divisions));
   for (size_t t = 0; t < attention.tiles.size(); ++t) {
     const AttentionTile& tile = attention.tiles[t];
     const int32_t c = tile.block.value;
@@ -965,10 +905,9 @@ Status PassValidator::CheckPeerMatches(const SymbolicDevice& dev, const CommLaun
                           send ? "send" : "recv", s, dev.slots.size()));
         }
         const int64_t my_bytes = list[i].bytes[k];
-        if (my_bytes < 0 || my_bytes > dev.program->slots[s].bytes) {
-          return Status::InvalidArgument(
-              fmt::format("{} slot {} moves {} bytes, but the slot holds {}",
-                          send ? "send" : "recv", s, my_bytes, dev.program->slots[s].bytes));
+        if (Status bytes = internal::CheckEntryBytes(my_bytes, s, dev.program->slots[s].bytes);
+            !bytes.ok()) {
+          return bytes.WithContext(fmt::format("{} entry {}", send ? "send" : "recv", k));
         }
         if (t < 0 || static_cast<size_t>(t) >= other.slots.size() ||
             k >= match->bytes.size()) {
@@ -1061,7 +1000,7 @@ Status PassValidator::Execute(SymbolicDevice& dev, const CommWait& wait) {
 }  // namespace
 
 Status ValidatePlan(const Plan& plan) {
-  DCP_RETURN_IF_ERROR(CheckPlanTables(plan));
+  DCP_RETURN_IF_ERROR(CheckWholePlan(plan));
   const PlanIndex index(plan);
   DCP_RETURN_IF_ERROR(PassValidator(plan, Pass::kForward, index).Run());
   return PassValidator(plan, Pass::kBackward, index).Run();

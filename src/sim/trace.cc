@@ -4,16 +4,24 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 #include <numeric>
 
 namespace dcp::sim {
 namespace {
 
-constexpr double kMicros = 1e6;
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr int32_t kComputeThread = 0;
 constexpr int32_t kFirstCommThread = 1;
+
+// The trace holds whole nanoseconds, and a slice spans from its rounded start to its rounded end
+// (not its start plus a rounded duration): rounding is monotone, so slices that merely touch in
+// the simulation never overlap on their track once rounded.
+int64_t Nanos(double seconds) { return std::llround(seconds * 1e9); }
+
+// `ns` as the trace's microseconds, exactly: "12.345". REQUIRES: ns >= 0 (simulated times are).
+std::string Micros(int64_t ns) { return fmt::format("{}.{:03}", ns / 1000, ns % 1000); }
 
 }  // namespace
 
@@ -92,15 +100,15 @@ std::string TraceRecorder::ToJson(int32_t devices, int32_t devices_per_node) con
   }
   std::stable_sort(flows.begin(), flows.end(),
                    [&](size_t a, size_t b) { return events_[a].begin_s < events_[b].begin_s; });
-  std::vector<std::vector<double>> lane_end(devices);
+  std::vector<std::vector<int64_t>> lane_end(devices);  // nanoseconds
   std::vector<int32_t> lane(events_.size(), 0);
   for (size_t i : flows) {
     const Event& e = events_[i];
-    std::vector<double>& ends = lane_end[e.device];
+    std::vector<int64_t>& ends = lane_end[e.device];
     size_t l = 0;
-    while (l < ends.size() && ends[l] > e.begin_s) ++l;
+    while (l < ends.size() && ends[l] > Nanos(e.begin_s)) ++l;
     if (l == ends.size()) ends.push_back(0);
-    ends[l] = e.end_s;
+    ends[l] = Nanos(e.end_s);
     lane[i] = static_cast<int32_t>(l);
   }
   for (int32_t d = 0; d < devices; ++d) {
@@ -115,36 +123,37 @@ std::string TraceRecorder::ToJson(int32_t devices, int32_t devices_per_node) con
 
   for (size_t i = 0; i < events_.size(); ++i) {
     const Event& e = events_[i];
-    const double ts = e.begin_s * kMicros, dur = (e.end_s - e.begin_s) * kMicros;
+    const int64_t begin_ns = Nanos(e.begin_s);
+    const std::string ts = Micros(begin_ns), dur = Micros(Nanos(e.end_s) - begin_ns);
     separator();
     switch (e.kind) {
       case Kind::kCompute:
         fmt::format_to(it,
-                       "{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":{:.3f},\"dur\":{:.3f},"
+                       "{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":{},\"dur\":{},"
                        "\"name\":\"{}\",\"args\":{{\"pass\":\"{}\"}}}}",
                        e.device, kComputeThread, ts, dur, e.name, e.pass);
         break;
       case Kind::kWait:
         fmt::format_to(it,
-                       "{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":{:.3f},\"dur\":{:.3f},"
+                       "{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":{},\"dur\":{},"
                        "\"name\":\"CommWait {}\",\"args\":{{\"pass\":\"{}\"}}}}",
                        e.device, kComputeThread, ts, dur, e.launch_id, e.pass);
         break;
       case Kind::kLaunch:
         fmt::format_to(it,
-                       "{{\"ph\":\"i\",\"s\":\"t\",\"pid\":{},\"tid\":{},\"ts\":{:.3f},"
+                       "{{\"ph\":\"i\",\"s\":\"t\",\"pid\":{},\"tid\":{},\"ts\":{},"
                        "\"name\":\"CommLaunch {}\",\"args\":{{\"pass\":\"{}\"}}}}",
                        e.device, kComputeThread, ts, e.launch_id, e.pass);
         break;
       case Kind::kFlow:
         fmt::format_to(it,
-                       "{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":{:.3f},\"dur\":{:.3f},"
+                       "{{\"ph\":\"X\",\"pid\":{},\"tid\":{},\"ts\":{},\"dur\":{},"
                        "\"name\":\"to {}: {:.2f} MiB ({})\",\"args\":{{\"pass\":\"{}\","
-                       "\"launch\":{},\"destination\":{},\"bytes\":{},\"ready_us\":{:.3f}}}}}",
+                       "\"launch\":{},\"destination\":{},\"bytes\":{},\"ready_us\":{}}}}}",
                        e.device, kFirstCommThread + lane[i], ts, dur, e.peer,
                        static_cast<double>(e.bytes) / kMiB,
                        e.inter_node ? "inter-node" : "intra-node", e.pass, e.launch_id, e.peer,
-                       e.bytes, e.ready_s * kMicros);
+                       e.bytes, Micros(Nanos(e.ready_s)));
         break;
     }
   }

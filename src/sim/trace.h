@@ -3,7 +3,9 @@
 //
 // One process per device. Thread 0 "compute" holds every instruction the stream ran and the spans
 // it was blocked in CommWait; threads "comm N" hold the device's outgoing flows, spread over as
-// few threads as keeps the spans of one thread from overlapping. Times are microseconds.
+// few threads as keeps the spans of one thread from overlapping. Times are microseconds in whole
+// nanoseconds, each span from its rounded start to its rounded end, so the spans of one thread
+// never overlap in the trace either.
 #pragma once
 
 #include <cstdint>

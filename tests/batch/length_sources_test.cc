@@ -216,9 +216,45 @@ std::string Header(uint64_t version, uint8_t dtype, uint64_t sequences, uint64_t
 TEST(ReadMegatronIndex, ReadsTheSequenceLengths) {
   const std::vector<int32_t> lengths = {5, 100000, 1, 2048, int32_t{1} << 30};
   const TempFile file(WellFormedIndex(lengths));
-  const Result<std::vector<int64_t>> read = ReadMegatronIndex(file.path());
+  const Result<MegatronIndexLengths> read = ReadMegatronIndex(file.path());
   ASSERT_TRUE(read.ok()) << read.status().ToString();
-  EXPECT_EQ(*read, (std::vector<int64_t>{5, 100000, 1, 2048, int64_t{1} << 30}));
+  EXPECT_EQ(read->lengths, (std::vector<int64_t>{5, 100000, 1, 2048, int64_t{1} << 30}));
+  EXPECT_EQ(read->empty_sequences, 0);
+}
+
+// Megatron-LM writes a sequence of length 0 for an empty document (issue 18: refused as corrupt).
+TEST(ReadMegatronIndex, SkipsEmptySequencesAndCountsThem) {
+  const TempFile file(WellFormedIndex({0, 5, 0, 0, 7, 0}));
+  const Result<MegatronIndexLengths> read = ReadMegatronIndex(file.path());
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->lengths, (std::vector<int64_t>{5, 7}));
+  EXPECT_EQ(read->empty_sequences, 4);
+}
+
+TEST(ReadMegatronIndex, RejectsAnIndexWithoutANonEmptySequence) {
+  for (const std::vector<int32_t>& lengths : {std::vector<int32_t>{}, std::vector<int32_t>{0, 0}}) {
+    SCOPED_TRACE(lengths.size());
+    const TempFile file(WellFormedIndex(lengths));
+    ExpectError(ReadMegatronIndex(file.path()).status(), StatusCode::kInvalidArgument,
+                "holds no sequence of length >= 1");
+  }
+}
+
+// The legacy IndexedDataset index (--dataset-impl lazy or cached) of Megatron-LM, as its
+// IndexedDatasetBuilder writes it: magic, version 1, dtype code, element size, sequence count,
+// size count, document count, then the offset arrays.
+TEST(ReadMegatronIndex, NamesTheLegacyFormatAndHowToConvertIt) {
+  IndexWriter w;
+  w.Bytes(std::string("TNTIDX\0\0", 8)).U64(1).U64(4).U64(4).U64(2).U64(2).U64(2);
+  for (int64_t v : {0, 1, 2}) w.I64(v);   // dim offsets
+  for (int64_t v : {0, 5, 12}) w.I64(v);  // data offsets
+  for (int64_t v : {5, 7}) w.I64(v);      // sizes
+  for (int64_t v : {0, 2}) w.I64(v);      // document indices
+  const TempFile file(w.data());
+  const Status status = ReadMegatronIndex(file.path()).status();
+  ExpectError(status, StatusCode::kUnsupported, "legacy indexed dataset format (TNTIDX");
+  ExpectError(status, StatusCode::kUnsupported, "--dataset-impl mmap");
+  ExpectError(status, StatusCode::kUnsupported, file.path());
 }
 
 TEST(ReadMegatronIndex, ReadsEveryTokenDtypeCode) {
@@ -226,9 +262,9 @@ TEST(ReadMegatronIndex, ReadsEveryTokenDtypeCode) {
   for (uint8_t code = 1; code <= 8; ++code) {
     SCOPED_TRACE(static_cast<int>(code));
     const TempFile file(WellFormedIndex({7, 8}, code));
-    const Result<std::vector<int64_t>> read = ReadMegatronIndex(file.path());
+    const Result<MegatronIndexLengths> read = ReadMegatronIndex(file.path());
     ASSERT_TRUE(read.ok()) << read.status().ToString();
-    EXPECT_EQ(*read, (std::vector<int64_t>{7, 8}));
+    EXPECT_EQ(read->lengths, (std::vector<int64_t>{7, 8}));
   }
 }
 
@@ -236,9 +272,9 @@ TEST(ReadMegatronIndex, ReadsAnIndexWithoutDocumentIndices) {
   IndexWriter w;
   w.Bytes(kMagic).U64(1).U8(4).U64(2).U64(0).I32(3).I32(4).I64(0).I64(12);
   const TempFile file(w.data());
-  const Result<std::vector<int64_t>> read = ReadMegatronIndex(file.path());
+  const Result<MegatronIndexLengths> read = ReadMegatronIndex(file.path());
   ASSERT_TRUE(read.ok()) << read.status().ToString();
-  EXPECT_EQ(*read, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(read->lengths, (std::vector<int64_t>{3, 4}));
 }
 
 TEST(ReadMegatronIndex, ReportsAMissingFileAsNotFound) {
@@ -265,18 +301,19 @@ TEST(ReadMegatronIndex, RejectsAnEmptyFile) {
   EXPECT_EQ(ReadMegatronIndex(file.path()).status().code(), StatusCode::kCorrupt);
 }
 
-TEST(ReadMegatronIndex, RejectsVersion2) {
+TEST(ReadMegatronIndex, RefusesVersion2AsUnsupported) {
   std::string data = WellFormedIndex({10, 20});
   data[9] = 2;  // the low byte of the little-endian version
   const TempFile file(data);
-  ExpectError(ReadMegatronIndex(file.path()).status(), StatusCode::kCorrupt, "version 2");
+  ExpectError(ReadMegatronIndex(file.path()).status(), StatusCode::kUnsupported,
+              "version 2 is not supported (dcp reads version 1");
 }
 
-TEST(ReadMegatronIndex, RejectsAVersionWithHighBitsSet) {
+TEST(ReadMegatronIndex, RefusesAVersionWithHighBitsSet) {
   IndexWriter w;
   w.Bytes(kMagic).U64((uint64_t{1} << 32) | 1).U8(4).U64(1).U64(0).I32(10).I64(0);
   const TempFile file(w.data());
-  EXPECT_EQ(ReadMegatronIndex(file.path()).status().code(), StatusCode::kCorrupt);
+  EXPECT_EQ(ReadMegatronIndex(file.path()).status().code(), StatusCode::kUnsupported);
 }
 
 TEST(ReadMegatronIndex, RejectsAnUnknownDtypeCode) {

@@ -151,6 +151,58 @@ TEST(CliBlocks, ReadsLengthsFromAMegatronIndex) {
   EXPECT_EQ(j.value("n_data_blocks", -1), 3);
 }
 
+// A Megatron index (version 1, int32 tokens) of the given sequence lengths, without documents.
+std::string MegatronIndex(const std::vector<int32_t>& lengths) {
+  std::string idx("MMIDIDX\0\0", 9);
+  const auto le = [&idx](uint64_t v, int bytes) {
+    for (int b = 0; b < bytes; ++b) idx.push_back(static_cast<char>((v >> (8 * b)) & 0xff));
+  };
+  le(1, 8);
+  le(4, 1);
+  le(lengths.size(), 8);
+  le(0, 8);
+  for (int32_t len : lengths) le(static_cast<uint32_t>(len), 4);
+  uint64_t pointer = 0;
+  for (int32_t len : lengths) {
+    le(pointer, 8);
+    pointer += 4 * static_cast<uint64_t>(len);
+  }
+  return idx;
+}
+
+// Megatron-LM writes empty documents as sequences of length 0: skipped, and counted where the
+// lengths are summarised (issue 18: the index was refused as corrupt).
+TEST(CliBlocks, SkipsAndCountsTheEmptySequencesOfAMegatronIndex) {
+  const std::string path = TempPath(".idx");
+  WriteFile(path, MegatronIndex({2048, 0, 100, 0, 0}));
+  const nlohmann::json j =
+      ParseJson(RunDcp({"blocks", "--idx", path, "--block-size", "1024", "--json"}));
+  EXPECT_EQ(j.value("n_sequences", -1), 2);
+  EXPECT_EQ(j.value("empty_sequences_skipped", -1), 3);
+  EXPECT_EQ(j.value("total_tokens", -1), 2148);
+  const CliRun table = RunDcp({"blocks", "--idx", path, "--block-size", "1024"});
+  EXPECT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("3 empty sequence(s) of the index skipped"), std::string::npos)
+      << table.out;
+  const CliRun run = RunDcp({"run", "--idx", path, "--block-size", "1024", "--heads", "2",
+                             "--kv-heads", "1", "--head-dim", "8", "--dtype", "fp32"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("2 sequences (3 empty ones of the index skipped), 2148 tokens"),
+            std::string::npos)
+      << run.out;
+  std::remove(path.c_str());
+}
+
+TEST(CliBlocks, NamesTheLegacyMegatronIndexFormat) {
+  const std::string path = TempPath(".idx");
+  WriteFile(path, std::string("TNTIDX\0\0", 8) + std::string(48, '\1'));
+  const CliRun run = RunDcp({"blocks", "--idx", path});
+  std::remove(path.c_str());
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("legacy indexed dataset format (TNTIDX"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("--dataset-impl mmap"), std::string::npos) << run.err;
+}
+
 TEST(CliBlocks, ReadsAJsonMaskFromAFile) {
   const std::string path = TempPath(".json");
   WriteFile(path, R"({"slices": [{"rows": [0, 10], "lo": [0, 0], "hi": [10, 0]}]})");
@@ -488,6 +540,57 @@ TEST(CliRun, RunsABaselinesPlanAgainstTheDenseReference) {
   const CliRun bad = RunDcp({"run", "--seqlens", "100", "--strategy", "megatron"});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("--strategy: unknown strategy 'megatron'"), std::string::npos) << bad.err;
+}
+
+// --devices N without --topology: one node of N devices, in every command that places (issue 18:
+// plan, place and simulate ignored it).
+TEST(CliDevices, WithoutATopologyMeansOneNodeOfThatManyDevices) {
+  for (const char* command : {"place", "plan", "simulate"}) {
+    SCOPED_TRACE(command);
+    const nlohmann::json j = ParseJson(RunDcp(
+        {command, "--seqlens", "4096,1000", "--block-size", "1024", "--devices", "8", "--json"}));
+    EXPECT_EQ(j.value("topology", ""), "1x8");
+  }
+  const nlohmann::json run = ParseJson(RunDcp({"run", "--seqlens", "200,77", "--block-size", "64",
+                                               "--head-dim", "16", "--devices", "2", "--json"}));
+  EXPECT_EQ(run.value("devices", -1), 2);
+}
+
+// Issue 18: `dcp run --devices 6 --topology 2x4` ran 8 devices.
+TEST(CliDevices, MustMatchTheTopologyWhenBothAreGiven) {
+  for (const char* command : {"place", "plan", "run", "simulate"}) {
+    SCOPED_TRACE(command);
+    const CliRun run =
+        RunDcp({command, "--seqlens", "4096", "--devices", "6", "--topology", "2x4"});
+    EXPECT_EQ(run.exit_code, 1);
+    EXPECT_NE(run.err.find("--devices 6 does not match --topology 2x4 (8 devices)"),
+              std::string::npos)
+        << run.err;
+  }
+  const nlohmann::json j = ParseJson(RunDcp({"place", "--seqlens", "4096", "--block-size", "1024",
+                                             "--devices", "8", "--topology", "2x4", "--json"}));
+  EXPECT_EQ(j.value("topology", ""), "2x4");
+}
+
+TEST(CliDevices, RejectsACountNoTopologyHas) {
+  for (const char* devices : {"0", "-3", "257", "99999999999"}) {
+    SCOPED_TRACE(devices);
+    const CliRun run = RunDcp({"place", "--seqlens", "4096", "--devices", devices});
+    EXPECT_EQ(run.exit_code, 1);
+    EXPECT_NE(run.err.find(std::string("--devices ") + devices + " cannot be one node's devices"),
+              std::string::npos)
+        << run.err;
+  }
+}
+
+// `dcp place --block-size auto` spreads the batch over the topology's devices (it used --devices'
+// default of 32 whatever the topology): 16384 tokens over 8 devices are 8 blocks of 2048, as in
+// `dcp blocks --devices 8`.
+TEST(CliDevices, PlaceChoosesTheBlockSizeForTheTopologysDevices) {
+  const CliRun run =
+      RunDcp({"place", "--seqlens", "16384", "--block-size", "auto", "--topology", "1x8"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("topology 1x8: 8 data blocks"), std::string::npos) << run.out;
 }
 
 TEST(CliRun, RejectsAnUnavailableCommunicator) {

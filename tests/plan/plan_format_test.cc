@@ -106,7 +106,7 @@ class PlanGenerator {
     c.head_group = Uniform32(rng_, 0, plan_.head_groups - 1);
     const int64_t max_area =
         plan_.blocks[c.q_block.value].tokens * plan_.blocks[c.kv_block.value].tokens;
-    c.area = OneIn(rng_, 4) ? (OneIn(rng_, 2) ? 0 : max_area) : Uniform(rng_, 0, max_area);
+    c.area = OneIn(rng_, 4) ? (OneIn(rng_, 2) ? 1 : max_area) : Uniform(rng_, 1, max_area);
     return c;
   }
 
@@ -679,11 +679,13 @@ TEST(PlanDecode, EveryFieldCheckNamesTheValueAndWhereItIs) {
     std::function<void(Plan&)> damage;
     std::string message;
   } cases[] = {
-      {[](Plan& p) { p.topology.nodes = 0; }, "plan: topology: 0x2 has a count outside [1, 256]"},
+      {[](Plan& p) { p.topology.nodes = 0; },
+       "plan: topology: topology 0x2 must have at least 1 node, 1 device per node and at most 256 "
+       "devices"},
       {[](Plan& p) {
          p.topology = {300, 1};
        },
-       "plan: topology: 300x1 has a count outside"},
+       "plan: topology: topology 300x1 must have"},
       {[](Plan& p) {
          p.topology = {16, 17};
        },
@@ -708,7 +710,9 @@ TEST(PlanDecode, EveryFieldCheckNamesTheValueAndWhereItIs) {
       {[](Plan& p) { p.compute_blocks[2].head_group = 2; },
        "plan: compute block 2: head group 2 out of range (2 head groups)"},
       {[](Plan& p) { p.compute_blocks[0].area = 17; },
-       "plan: compute block 0: area 17 is not in [0, 4 x 4]"},
+       "plan: compute block 0: area 17 is not in [1, 4 x 4]"},
+      {[](Plan& p) { p.compute_blocks[0].area = 0; },
+       "plan: compute block 0: area 0 is not in [1, 4 x 4]"},
       {[](Plan& p) { p.n_divisions = -1; }, "plan: n_divisions -1 is negative"},
       {[](Plan& p) { p.part_device = 2; },
        "plan: part_device 2 is neither -1 (the whole plan) nor one of the 2 devices"},

@@ -106,7 +106,7 @@ TEST(ValidatePlan, RejectsAPeerTheOtherSideDoesNotList) {
 TEST(ValidatePlan, RejectsMismatchedSlotSizes) {
   Plan plan = TwoBlockCausalPlan();
   plan.forward[1].slots[5].bytes = 32;
-  ExpectInvalid(plan, "recv slot 5 moves 64 bytes, but the slot holds 32");
+  ExpectInvalid(plan, "recv entry 1: moves 64 bytes of slot 5, which holds 32");
 }
 
 TEST(ValidatePlan, RejectsMismatchedMessageBytes) {
@@ -258,7 +258,7 @@ TEST(ValidatePlan, RejectsSlicesOfTheWrongArea) {
 TEST(ValidatePlan, RejectsSlicesOutsideTheTile) {
   Plan plan = TwoBlockCausalPlan();
   Forward<BlockwiseAttention>(plan, 0, 4).tiles[0].slices[0].row_end = 5;
-  ExpectInvalid(plan, "slice 0 has rows [0, 5) outside [0, 4)");
+  ExpectInvalid(plan, "slice 0: rows [0, 5) are not inside the tile's 4 rows");
 }
 
 TEST(ValidatePlan, RejectsAnAccumulatorOfAnotherPiece) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "testing/cli.h"
+#include "testing/trace.h"
 
 namespace {
 
@@ -149,6 +150,20 @@ TEST(CliSimulate, WritesATraceAndReadsAClusterFile) {
   EXPECT_GT(trace["traceEvents"].size(), 16u);
   std::remove(trace_path.c_str());
   std::remove(cluster_path.c_str());
+}
+
+// Issue 18's example: 189 slices overlapped their track's previous one by a rounding nanosecond.
+TEST(CliSimulate, TraceSlicesNeverOverlapOnATrack) {
+  const std::string trace_path = TempPath(".trace.json");
+  const CliRun run = RunDcp({"simulate", "--dataset", "ldc", "--seed", "1", "--mask", "causal",
+                             "--topology", "4x8", "--trace", trace_path});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::ifstream in(trace_path);
+  const nlohmann::json trace = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_TRUE(trace.is_object());
+  EXPECT_GT(trace["traceEvents"].size(), 1000u);
+  EXPECT_EQ(dcp::testing::CountOverlappingSlices(trace), 0);
+  std::remove(trace_path.c_str());
 }
 
 TEST(CliSimulate, PrintsASummaryTable) {
