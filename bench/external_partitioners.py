@@ -280,7 +280,9 @@ def run_cell(cell: Cell, args, work: pathlib.Path) -> list[dict]:
     batch = ["--dataset", cell.dataset, "--scale", f"{cell.scale:g}", "--seed", str(args.seed),
              "--mask", cell.mask, "--topology", cell.topology, "--tokens", str(tokens)]
     tolerance = ["--eps-compute", f"{args.eps_compute:g}", "--eps-inter", f"{args.eps_inter:g}"]
-    bound = (1 + args.eps_inter) * (1 + args.eps_compute) if cell.nodes > 1 else 1 + args.eps_compute
+    bound = 1 + args.eps_compute  # ComputeBound
+    if cell.nodes > 1:
+        bound *= 1 + args.eps_inter
     hgr = work / f"{cell.slug()}.hgr"
     dcp_part = work / f"{cell.slug()}.dcp.part"
     _run([args.dcp, "place", *batch, *tolerance, "--export-hypergraph", str(hgr)])
@@ -447,7 +449,8 @@ def main() -> None:
     def csv(kind):
         return lambda text: [kind(x) for x in text.split(",") if x]
 
-    parser.add_argument("--dcp", default="./build/dcp", help="the dcp binary (default: %(default)s)")
+    parser.add_argument("--dcp", default="./build/dcp",
+                        help="the dcp command (default: %(default)s)")
     parser.add_argument("--datasets", type=csv(str), default=["ldc", "longalign"])
     parser.add_argument("--scales", type=csv(float), default=[1.0, 4.0])
     parser.add_argument("--masks", type=csv(str), default=["causal", "lambda"])
