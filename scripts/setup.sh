@@ -3,8 +3,10 @@
 # Installs every system dependency of dcp from Debian packages, then the Python environment of the
 # Python package (python/): a venv outside the clone, ${XDG_CACHE_HOME:-$HOME/.cache}/dcp-venv,
 # made with Debian's /usr/bin/python3 and holding torch, numpy, pytest, scikit-build-core and
-# pybind11 from PyPI. DCP_PYTHON=/path/to/python uses that interpreter as it is instead (it must
-# have torch >= 2.4 and the others; nothing is created). The chosen interpreter is recorded in
+# pybind11 from PyPI, and, optionally, the partitioners kahypar and mtkahypar (only
+# bench/external_partitioners.py uses them: when their install fails, setup warns and succeeds).
+# DCP_PYTHON=/path/to/python uses that interpreter as it is instead (it must have torch >= 2.4 and
+# the others; nothing is created, and the optional ones are only reported). The chosen interpreter is recorded in
 # .dcp-python at the root of the clone (git-ignored), where CMake finds it
 # (cmake/dcp_python.cmake). Non-interactive and idempotent: when everything is present it only
 # runs dpkg-query and asks the interpreter which modules it has, in about a second.
@@ -75,6 +77,27 @@ else
     echo "setup: installing torch numpy pytest scikit-build-core pybind11 into $venv" >&2
     "$python" -m pip install -q --disable-pip-version-check 'torch>=2.4' numpy pytest \
       scikit-build-core pybind11
+  fi
+fi
+
+# Optional: the hypergraph partitioners that bench/external_partitioners.py measures against dcp's
+# own (PyPI wheels; none may exist for this platform or Python). Nothing else needs them, so a
+# failed install is a warning, and the script's test skips without them.
+optional_modules=(kahypar mtkahypar)
+optional_lacking=$("$python" -c 'import importlib.util, sys
+print(" ".join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))' \
+  "${optional_modules[@]}")
+if [[ -n $optional_lacking ]]; then
+  if [[ -n "${DCP_PYTHON:-}" ]]; then
+    echo "setup: note: DCP_PYTHON=$python lacks $optional_lacking (optional, for" \
+      "bench/external_partitioners.py: $python -m pip install $optional_lacking)" >&2
+  else
+    echo "setup: installing $optional_lacking into $venv (optional)" >&2
+    # shellcheck disable=SC2086  # one argument per module
+    if ! "$python" -m pip install -q --disable-pip-version-check $optional_lacking; then
+      echo "setup: warning: could not install $optional_lacking (optional: only" \
+        "bench/external_partitioners.py needs them); continuing" >&2
+    fi
   fi
 fi
 # Rewritten only when it changes: CMake reconfigures when it does.
