@@ -91,9 +91,11 @@ struct ClusterSpec {
   LinkSpec inter_node = {.bytes_per_s = 50e9, .latency_s = 25e-6};
   DeviceSpec device = {};
 
-  // InvalidArgument naming the field: devices_per_node >= 1, rates and peak > 0, latencies and
-  // launch costs >= 0, efficiencies in (0, 1], halves >= 0, sub-tiles >= 1, sm_count >= 0, every
-  // number finite.
+  // InvalidArgument naming the field and its range unless every value describes a machine:
+  // devices_per_node >= 1; link rates in [1e6, 1e18] bytes/s, peak FLOP/s and HBM bytes/s in
+  // [1e9, 1e18]; latencies and launch costs in [0, 1] s; efficiencies in [1e-3, 1]; halves in
+  // [0, 1e6]; sub-tiles in [1, 65536]; sm_count in [0, 2^20]. Outside these the simulator's
+  // arithmetic overflows.
   Status Validate() const;
   friend bool operator==(const ClusterSpec&, const ClusterSpec&) = default;
 };

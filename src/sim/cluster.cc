@@ -6,6 +6,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -123,26 +124,12 @@ Status CheckKeys(const nlohmann::json& object, const std::string& prefix) {
   return Status::Ok();
 }
 
-Status CheckPositive(double value, std::string_view field) {
-  if (!std::isfinite(value) || value <= 0) {
+// A value must lie in [lo, hi]: outside it no machine is described, and the simulator's times
+// would overflow or vanish (a rate of 1e-300 bytes per second makes every message take forever).
+Status CheckRange(double value, double lo, double hi, std::string_view field) {
+  if (!std::isfinite(value) || value < lo || value > hi) {
     return Status::InvalidArgument(
-        fmt::format("cluster key '{}': {} is not a finite number > 0", field, value));
-  }
-  return Status::Ok();
-}
-
-Status CheckNonNegative(double value, std::string_view field) {
-  if (!std::isfinite(value) || value < 0) {
-    return Status::InvalidArgument(
-        fmt::format("cluster key '{}': {} is not a finite number >= 0", field, value));
-  }
-  return Status::Ok();
-}
-
-Status CheckFraction(double value, std::string_view field) {
-  if (!std::isfinite(value) || value <= 0 || value > 1) {
-    return Status::InvalidArgument(
-        fmt::format("cluster key '{}': {} is not in (0, 1]", field, value));
+        fmt::format("cluster key '{}': {} is not in [{:g}, {:g}]", field, value, lo, hi));
   }
   return Status::Ok();
 }
@@ -176,30 +163,31 @@ Status ClusterSpec::Validate() const {
     return Status::InvalidArgument(
         fmt::format("cluster key 'devices_per_node': {} is not >= 1", devices_per_node));
   }
-  DCP_RETURN_IF_ERROR(CheckPositive(intra_node.bytes_per_s, "intra_node.bytes_per_s"));
-  DCP_RETURN_IF_ERROR(CheckNonNegative(intra_node.latency_s, "intra_node.latency_s"));
-  DCP_RETURN_IF_ERROR(CheckPositive(inter_node.bytes_per_s, "inter_node.bytes_per_s"));
-  DCP_RETURN_IF_ERROR(CheckNonNegative(inter_node.latency_s, "inter_node.latency_s"));
-  DCP_RETURN_IF_ERROR(CheckPositive(device.peak_flops, "device.peak_flops"));
-  DCP_RETURN_IF_ERROR(CheckPositive(device.hbm_bytes_per_s, "device.hbm_bytes_per_s"));
-  DCP_RETURN_IF_ERROR(CheckNonNegative(device.memory_op_launch_s, "device.memory_op_launch_s"));
+  // Rates from 1 MB/s (links) or 1 GFLOP/s and 1 GB/s (devices) to 1e18; latencies and launch
+  // costs up to a second; kernel efficiencies from 1e-3; kernel tiles and SMs up to 2^16 and 2^20.
+  constexpr double kMaxRate = 1e18, kMaxSeconds = 1;
   const AttentionKernelModel& a = device.attention;
-  DCP_RETURN_IF_ERROR(CheckFraction(a.forward_efficiency, "device.attention.forward_efficiency"));
-  DCP_RETURN_IF_ERROR(CheckFraction(a.backward_efficiency, "device.attention.backward_efficiency"));
-  DCP_RETURN_IF_ERROR(CheckNonNegative(a.rows_half, "device.attention.rows_half"));
-  DCP_RETURN_IF_ERROR(CheckNonNegative(a.cols_half, "device.attention.cols_half"));
-  for (const auto& [value, field] :
-       {std::pair{a.mask_tile_rows, "device.attention.mask_tile_rows"},
-        std::pair{a.mask_tile_cols, "device.attention.mask_tile_cols"}}) {
-    if (value < 1) {
-      return Status::InvalidArgument(fmt::format("cluster key '{}': {} is not >= 1", field, value));
-    }
+  for (const auto& [value, lo, hi, field] : {
+           std::tuple{intra_node.bytes_per_s, 1e6, kMaxRate, "intra_node.bytes_per_s"},
+           std::tuple{intra_node.latency_s, 0.0, kMaxSeconds, "intra_node.latency_s"},
+           std::tuple{inter_node.bytes_per_s, 1e6, kMaxRate, "inter_node.bytes_per_s"},
+           std::tuple{inter_node.latency_s, 0.0, kMaxSeconds, "inter_node.latency_s"},
+           std::tuple{device.peak_flops, 1e9, kMaxRate, "device.peak_flops"},
+           std::tuple{device.hbm_bytes_per_s, 1e9, kMaxRate, "device.hbm_bytes_per_s"},
+           std::tuple{device.memory_op_launch_s, 0.0, kMaxSeconds, "device.memory_op_launch_s"},
+           std::tuple{a.forward_efficiency, 1e-3, 1.0, "device.attention.forward_efficiency"},
+           std::tuple{a.backward_efficiency, 1e-3, 1.0, "device.attention.backward_efficiency"},
+           std::tuple{a.rows_half, 0.0, 1e6, "device.attention.rows_half"},
+           std::tuple{a.cols_half, 0.0, 1e6, "device.attention.cols_half"},
+           std::tuple{static_cast<double>(a.mask_tile_rows), 1.0, 65536.0,
+                      "device.attention.mask_tile_rows"},
+           std::tuple{static_cast<double>(a.mask_tile_cols), 1.0, 65536.0,
+                      "device.attention.mask_tile_cols"},
+           std::tuple{static_cast<double>(a.sm_count), 0.0, 1048576.0,
+                      "device.attention.sm_count"},
+           std::tuple{a.launch_s, 0.0, kMaxSeconds, "device.attention.launch_s"}}) {
+    DCP_RETURN_IF_ERROR(CheckRange(value, lo, hi, field));
   }
-  if (a.sm_count < 0) {
-    return Status::InvalidArgument(
-        fmt::format("cluster key 'device.attention.sm_count': {} is not >= 0", a.sm_count));
-  }
-  DCP_RETURN_IF_ERROR(CheckNonNegative(a.launch_s, "device.attention.launch_s"));
   return Status::Ok();
 }
 

@@ -102,6 +102,15 @@ TEST(ClusterJson, RejectsBadValuesByTheirKey) {
                  "device.attention.mask_tile_rows");
   ExpectRejected(R"({"device": {"attention": {"sm_count": -1}}})", "device.attention.sm_count");
   ExpectRejected(R"({"device": {"peak_flops": 0}})", "device.peak_flops");
+  // Values that describe no machine and broke the simulator (found by fuzzing): a rate so small
+  // that every time overflows, a kernel tile whose arithmetic overflows int64.
+  ExpectRejected(R"({"device": {"peak_flops": 1e-300}})", "device.peak_flops");
+  ExpectRejected(R"({"device": {"hbm_bytes_per_s": 2.2e-308}})", "device.hbm_bytes_per_s");
+  ExpectRejected(R"({"device": {"attention": {"backward_efficiency": 1e-300}}})",
+                 "device.attention.backward_efficiency");
+  ExpectRejected(R"({"device": {"attention": {"mask_tile_cols": 9223372036854775807}}})",
+                 "device.attention.mask_tile_cols");
+  ExpectRejected(R"({"inter_node": {"latency_s": 1e300}})", "inter_node.latency_s");
   ExpectRejected(R"({"name": 3})", "'name'");
   ExpectRejected(R"({"preset": "dgx"})", "'preset'");
 }
