@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "dcp/mask.h"
+#include "util/excerpt.h"
 
 namespace dcp {
 namespace {
@@ -144,8 +145,8 @@ Result<std::vector<Slice>> RawSlices(const MaskSpec& spec, int64_t length) {
 }  // namespace
 
 Result<Mask> MaskSpec::Build(int64_t length) const {
-  const std::string context =
-      fmt::format("mask '{}'", family == MaskFamily::kExplicit ? "explicit" : ToString());
+  const std::string context = fmt::format(
+      "mask '{}'", family == MaskFamily::kExplicit ? "explicit" : internal::Excerpt(ToString()));
   if (length < 1 || length > kMaxSequenceLength) {
     return Status::InvalidArgument(fmt::format("{}: sequence length {} is not in [1, {}]", context,
                                                length, kMaxSequenceLength));

@@ -282,7 +282,29 @@ TEST(MaskSpecErrors, MessageQuotesTheWholeSpec) {
   ExpectParseError("banana:x=1", {"mask 'banana:x=1'"});
 }
 
+// A message quotes a long spec by a one-line excerpt and its size, never whole.
+TEST(MaskSpecErrors, MessageQuotesALongSpecByAnExcerpt) {
+  const std::string unknown(100000, 'x');
+  ExpectParseError(unknown, {"mask 'xxxx", "... (100000 bytes)'"});
+  EXPECT_LT(MaskSpec::Parse(unknown).status().message().size(), 400u);
+  const Result<MaskSpec> json = MaskSpec::Parse("{\"slices\": [\n  {\"rows\": [0, 1]}\n]}");
+  ASSERT_FALSE(json.ok());
+  EXPECT_EQ(json.status().message().find('\n'), std::string::npos) << json.status().message();
+}
+
 // ---- JSON form ---------------------------------------------------------------------------------
+
+// Regression: a mask JSON nested 60,000 levels deep (120 KB) overflowed the stack while the error
+// message printed the value; it is refused while parsing, with a short message.
+TEST(MaskSpecJson, JsonNestedDeeperThanTheLimitIsRefused) {
+  const std::string deep =
+      "{\"slices\": " + std::string(60000, '[') + std::string(60000, ']') + "}";
+  ExpectParseError(deep, {"mask JSON is nested deeper than 64 levels"});
+  EXPECT_LT(MaskSpec::Parse(deep).status().message().size(), 400u);
+  // Nested within the limit, the slice is simply not a slice.
+  ExpectParseError("{\"slices\": [" + std::string(60, '[') + std::string(60, ']') + "]}",
+                   {"slice 0", "[[[["});
+}
 
 constexpr char kDocExample[] = R"({"slices": [
   {"rows": [0, 100],   "lo": [0, 0],  "hi": [1, 1]},
