@@ -150,6 +150,10 @@ Result<Mask> Mask::FromSlices(int64_t length, std::span<const Slice> slices) {
     return Status::InvalidArgument(
         fmt::format("sequence length {} is not in [1, {}]", length, kMaxSequenceLength));
   }
+  if (slices.size() > static_cast<size_t>(kMaxMaskSlices)) {
+    return Status::InvalidArgument(fmt::format("{} slices are more than the limit of {} per mask",
+                                               slices.size(), kMaxMaskSlices));
+  }
   for (size_t i = 0; i < slices.size(); ++i)
     DCP_RETURN_IF_ERROR(ValidateSlice(slices[i], i, length));
 

@@ -74,6 +74,13 @@ std::vector<std::string_view> Split(std::string_view text, char sep) {
   return parts;
 }
 
+// Each document, image span or slice of a list becomes at least one slice of the mask.
+Status CheckListSize(std::string_view list, size_t size) {
+  if (size <= static_cast<size_t>(kMaxMaskSlices)) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "{} lists more than {} elements, the limit of slices per mask", list, kMaxMaskSlices));
+}
+
 Status SetParameter(MaskSpec& spec, std::string_view key, std::string_view value) {
   constexpr int64_t kMax = kMaxSequenceLength;
   if (key == "window") {
@@ -98,6 +105,7 @@ Status SetParameter(MaskSpec& spec, std::string_view key, std::string_view value
     spec.question = q;
   } else if (key == "lengths") {
     for (std::string_view part : Split(value, '/')) {
+      DCP_RETURN_IF_ERROR(CheckListSize("lengths", spec.document_lengths.size() + 1));
       DCP_ASSIGN_OR_RETURN(int64_t len, ParseInt("lengths", part, 1, kMax));
       spec.document_lengths.push_back(len);
     }
@@ -109,6 +117,7 @@ Status SetParameter(MaskSpec& spec, std::string_view key, std::string_view value
     DCP_ASSIGN_OR_RETURN(spec.image_tokens, ParseInt(key, value, 1, kMax));
   } else if (key == "images") {
     for (std::string_view part : Split(value, '/')) {
+      DCP_RETURN_IF_ERROR(CheckListSize("images", spec.image_spans.size() + 1));
       const std::vector<std::string_view> ends = Split(part, '-');
       if (ends.size() != 2) {
         return Status::InvalidArgument(
@@ -206,6 +215,7 @@ Result<MaskSpec> ParseJson(std::string_view text) {
   if (!j.is_object() || !j.contains("slices") || !j["slices"].is_array()) {
     return Status::InvalidArgument("mask JSON must be an object with a \"slices\" array");
   }
+  DCP_RETURN_IF_ERROR(CheckListSize("mask JSON \"slices\"", j["slices"].size()));
   for (const auto& [key, _] : j.items()) {
     if (key != "slices")
       return Status::InvalidArgument(fmt::format("mask JSON: unknown key '{}'", Excerpt(key)));

@@ -445,6 +445,16 @@ void ExpectOneLineFailure(const CliRun& run, const std::string& fragment) {
   EXPECT_TRUE(run.out.empty()) << run.out;
 }
 
+// Regression: valid periodic masks on a 2^30-token sequence aborted with std::bad_alloc (exit 134).
+TEST(CliBlocks, RefusesMasksThatNeedTooManySlicesInsteadOfAborting) {
+  for (const std::string mask : {"modality:image=5", "documents:count=1073741824",
+                                 "shared-question:question=0,answers=1073741824"}) {
+    SCOPED_TRACE(mask);
+    ExpectOneLineFailure(RunDcp({"blocks", "--seqlens", "1073741824", "--mask", mask}, 120),
+                         "more than the limit of 1048576 per mask");
+  }
+}
+
 // Regression: a JSON mask file or cluster file nested 60,000 levels deep crashed with a stack
 // overflow (SIGSEGV) while its error message printed the value.
 TEST(CliBlocks, RefusesADeeplyNestedJsonMaskFile) {

@@ -264,6 +264,14 @@ TEST(MaskFromSlices, RejectsBasesBeyondTheLimit) {
                 {"slice 0", "hi base " + std::to_string(kTooFar)});
 }
 
+TEST(MaskFromSlices, RejectsMoreSlicesThanTheLimit) {
+  const std::vector<Slice> raw(static_cast<size_t>(kMaxMaskSlices) + 1,
+                               Slice{0, 1, {0, 0}, {1, 0}});
+  ExpectInvalid(1, raw,
+                {std::to_string(kMaxMaskSlices + 1) + " slices",
+                 "limit of " + std::to_string(kMaxMaskSlices)});
+}
+
 // Allowed pairs of one slice in a rectangle, one row at a time; columns not clipped.
 int64_t SliceAreaByRows(const Slice& s, int64_t q0, int64_t q1, int64_t k0, int64_t k1) {
   int64_t total = 0;
