@@ -25,6 +25,13 @@ namespace dcp {
 // Longest sequence dcp accepts, in tokens. Keeps every area and FLOP count far from int64 overflow.
 inline constexpr int64_t kMaxSequenceLength = int64_t{1} << 30;
 
+// Most slices one mask may have: raw slices given to Mask::FromSlices or listed by a spec, the
+// slices a family builds for one sequence, and the normalized slices of a Mask. Memory and time
+// grow with the slices, so a spec such as modality:image=5 on a 2^30-token sequence (4 * 10^8
+// slices) is refused instead of exhausting memory. Realistic masks stay far below: a million
+// one-token documents fit. See docs/mask_spec.md.
+inline constexpr int64_t kMaxMaskSlices = int64_t{1} << 20;
+
 // A column position that moves with the row: value(row) = base + slope * row, slope 0 or 1.
 struct AffineColumn {
   int64_t base = 0;
@@ -48,8 +55,10 @@ class Mask {
   // Builds the normalized mask of a sequence of `length` tokens from slices that may overlap, be
   // empty on some rows or reach outside [0, length) in columns (columns outside the sequence do not
   // exist, so they are clipped away by definition). Returns InvalidArgument if length is not in
-  // [1, kMaxSequenceLength], a slice's rows are not inside [0, length), a slope is not 0 or 1, or a
-  // base is so large that it cannot describe a column of this sequence.
+  // [1, kMaxSequenceLength], a slice's rows are not inside [0, length), a slope is not 0 or 1, a
+  // base is so large that it cannot describe a column of this sequence, or there are more than
+  // kMaxMaskSlices slices, given or normalized. Costs about (n + k) log n for n slices given and k
+  // normalized, however much they overlap (src/mask/normalize.cc gives the exact bound).
   static Result<Mask> FromSlices(int64_t length, std::span<const Slice> slices);
 
   int64_t length() const { return length_; }

@@ -1,16 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// Mask normalization and exact rectangle areas.
-//
-// Normalization cuts the rows into segments on which every comparison between two endpoints
-// (the lo and hi of every slice, and the sequence bounds 0 and length) keeps its sign. Two affine
-// columns with slopes 0 and 1 change order at most once, at a row c where they are equal, so
-// cutting at c and c + 1 is enough. Inside a segment the union of intervals can then be computed
-// once, at its first row, and its result holds for every row of the segment with the same affine
-// endpoints.
+// Masks: checking raw slices, normalizing them (mask/normalize.cc) and exact rectangle areas.
 #include "dcp/mask.h"
 
 #include <algorithm>
 #include <limits>
+
+#include "mask/normalize.h"
 
 namespace dcp {
 namespace {
@@ -37,66 +32,6 @@ int64_t SumPositive(int64_t c, int64_t s, int64_t p, int64_t q) {
 }
 
 AffineColumn Constant(int64_t value) { return AffineColumn{.base = value, .slope = 0}; }
-
-// Adds the rows strictly inside (begin, end) where f and g change order: c and c + 1, where c is
-// the row at which they are equal.
-void AddCrossings(const AffineColumn& f, const AffineColumn& g, int64_t begin, int64_t end,
-                  std::vector<int64_t>* cuts) {
-  if (f.slope == g.slope) return;
-  const int64_t c = f.slope == 1 ? g.base - f.base : f.base - g.base;
-  for (int64_t row : {c, c + 1}) {
-    if (row > begin && row < end) cuts->push_back(row);
-  }
-}
-
-// The endpoint clipped to [0, length) on a segment where its order against 0 and length is fixed.
-AffineColumn ClipToSequence(const AffineColumn& f, int64_t row, int64_t length) {
-  const int64_t v = f.At(row);
-  if (v < 0) return Constant(0);
-  if (v > length) return Constant(length);
-  return f;
-}
-
-struct Interval {
-  AffineColumn lo, hi;
-};
-
-// Appends the normalized slices of rows [begin, end), on which `active` slices cover every row and
-// all endpoint comparisons keep their sign. Extends slices of `out` that end at `begin` with the
-// same endpoints instead of starting new ones.
-void EmitSegment(int64_t begin, int64_t end, int64_t length,
-                 const std::vector<const Slice*>& active, std::vector<Slice>* out,
-                 size_t open_from) {
-  std::vector<Interval> intervals;
-  intervals.reserve(active.size());
-  for (const Slice* s : active) {
-    Interval iv{ClipToSequence(s->lo, begin, length), ClipToSequence(s->hi, begin, length)};
-    if (iv.hi.At(begin) > iv.lo.At(begin)) intervals.push_back(iv);
-  }
-  std::sort(intervals.begin(), intervals.end(), [begin](const Interval& a, const Interval& b) {
-    return a.lo.At(begin) < b.lo.At(begin);
-  });
-  std::vector<Interval> merged;
-  for (const Interval& iv : intervals) {
-    if (!merged.empty() && iv.lo.At(begin) <= merged.back().hi.At(begin)) {
-      if (iv.hi.At(begin) > merged.back().hi.At(begin)) merged.back().hi = iv.hi;
-    } else {
-      merged.push_back(iv);
-    }
-  }
-  for (const Interval& iv : merged) {
-    bool extended = false;
-    for (size_t k = open_from; k < out->size(); ++k) {
-      Slice& s = (*out)[k];
-      if (s.row_end == begin && s.lo == iv.lo && s.hi == iv.hi) {
-        s.row_end = end;
-        extended = true;
-        break;
-      }
-    }
-    if (!extended) out->push_back(Slice{begin, end, iv.lo, iv.hi});
-  }
-}
 
 Status ValidateSlice(const Slice& s, size_t index, int64_t length) {
   if (s.row_begin < 0 || s.row_end > length || s.row_begin > s.row_end) {
@@ -150,69 +85,15 @@ Result<Mask> Mask::FromSlices(int64_t length, std::span<const Slice> slices) {
     return Status::InvalidArgument(
         fmt::format("sequence length {} is not in [1, {}]", length, kMaxSequenceLength));
   }
+  if (slices.size() > static_cast<size_t>(kMaxMaskSlices)) {
+    return Status::InvalidArgument(fmt::format("{} slices are more than the limit of {} per mask",
+                                               slices.size(), kMaxMaskSlices));
+  }
   for (size_t i = 0; i < slices.size(); ++i)
     DCP_RETURN_IF_ERROR(ValidateSlice(slices[i], i, length));
 
-  // Elementary row intervals: between consecutive slice row boundaries the active set is fixed.
-  std::vector<int64_t> bounds = {0, length};
-  for (const Slice& s : slices) {
-    if (s.row_begin == s.row_end) continue;
-    bounds.push_back(s.row_begin);
-    bounds.push_back(s.row_end);
-  }
-  std::sort(bounds.begin(), bounds.end());
-  bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
-
-  std::vector<const Slice*> by_start;
-  for (const Slice& s : slices) {
-    if (s.row_begin < s.row_end) by_start.push_back(&s);
-  }
-  std::sort(by_start.begin(), by_start.end(),
-            [](const Slice* a, const Slice* b) { return a->row_begin < b->row_begin; });
-
-  std::vector<Slice> out;
-  std::vector<const Slice*> active;
-  std::vector<AffineColumn> ends;
-  std::vector<int64_t> cuts;
-  size_t next = 0;
-  size_t open_from = 0;  // slices emitted for the previous segment start here
-  for (size_t b = 0; b + 1 < bounds.size(); ++b) {
-    const int64_t begin = bounds[b], end = bounds[b + 1];
-    std::erase_if(active, [begin](const Slice* s) { return s->row_end <= begin; });
-    while (next < by_start.size() && by_start[next]->row_begin == begin) {
-      active.push_back(by_start[next++]);
-    }
-    if (active.empty()) {
-      open_from = out.size();
-      continue;
-    }
-    ends = {Constant(0), Constant(length)};
-    for (const Slice* s : active) {
-      ends.push_back(s->lo);
-      ends.push_back(s->hi);
-    }
-    cuts = {begin, end};
-    for (size_t i = 0; i < ends.size(); ++i) {
-      for (size_t j = i + 1; j < ends.size(); ++j)
-        AddCrossings(ends[i], ends[j], begin, end, &cuts);
-    }
-    std::sort(cuts.begin(), cuts.end());
-    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-    for (size_t c = 0; c + 1 < cuts.size(); ++c) {
-      const size_t before = out.size();
-      EmitSegment(cuts[c], cuts[c + 1], length, active, &out, open_from);
-      // Slices of this segment are the only ones the next segment may extend; earlier ones that
-      // were extended stay open too, so keep the window starting at the first still-open slice.
-      size_t first_open = before;
-      for (size_t k = open_from; k < before; ++k) {
-        if (out[k].row_end == cuts[c + 1]) {
-          first_open = k;
-          break;
-        }
-      }
-      open_from = first_open;
-    }
-  }
+  DCP_ASSIGN_OR_RETURN(std::vector<Slice> out,
+                       internal::NormalizeSlices(length, slices, kMaxMaskSlices));
   std::sort(out.begin(), out.end(), [](const Slice& a, const Slice& b) {
     if (a.row_begin != b.row_begin) return a.row_begin < b.row_begin;
     return a.lo.At(a.row_begin) < b.lo.At(b.row_begin);

@@ -5,12 +5,23 @@
 #include <cmath>
 
 #include "dcp/mask.h"
+#include "util/excerpt.h"
 
 namespace dcp {
 namespace {
 
 constexpr AffineColumn Col(int64_t base) { return {.base = base, .slope = 0}; }
 constexpr AffineColumn RowPlus(int64_t offset) { return {.base = offset, .slope = 1}; }
+
+// Periodic families build slices in proportion to the sequence length or to a number in the spec;
+// they check the count before building any, so no spec allocates more than kMaxMaskSlices slices
+// whatever its numbers. (Listed lengths, spans and slices are bounded when parsed.)
+Status CheckSliceCount(std::string_view family, int64_t length, int64_t slices) {
+  if (slices <= kMaxMaskSlices) return Status::Ok();
+  return Status::InvalidArgument(
+      fmt::format("{}: a sequence of {} tokens needs {} slices, more than the limit of {} per mask",
+                  family, length, slices, kMaxMaskSlices));
+}
 
 // Rows [r0, r1) attend causally to [first, i].
 Slice CausalFrom(int64_t r0, int64_t r1, int64_t first) {
@@ -51,11 +62,14 @@ std::vector<Slice> CausalBlockwise(int64_t length, int64_t block, int64_t local)
 // q = floor(question * length) question tokens, causal. The rest is split into `answers` answers
 // of (length - q) / answers tokens, the last one taking the remainder; each answer row sees the
 // question and its own answer causally.
-std::vector<Slice> SharedQuestion(int64_t length, double question, int64_t answers) {
+Result<std::vector<Slice>> SharedQuestion(int64_t length, double question, int64_t answers) {
   const auto q = static_cast<int64_t>(std::floor(question * static_cast<double>(length)));
+  const int64_t answer_len = (length - q) / answers;
+  if (answer_len > 0) {
+    DCP_RETURN_IF_ERROR(CheckSliceCount("shared-question", length, 1 + 2 * answers));
+  }
   std::vector<Slice> s;
   if (q > 0) s.push_back(CausalFrom(0, q, 0));
-  const int64_t answer_len = (length - q) / answers;
   // With fewer answer tokens than answers, all answers but the last are empty: skip them.
   for (int64_t a = answer_len == 0 ? answers - 1 : 0; a < answers; ++a) {
     const int64_t begin = q + a * answer_len;
@@ -75,11 +89,13 @@ Result<std::vector<Slice>> Documents(int64_t length, const MaskSpec& spec) {
           fmt::format("documents: count={} is more than the {} tokens of the sequence",
                       spec.document_count, length));
     }
+    DCP_RETURN_IF_ERROR(CheckSliceCount("documents", length, spec.document_count));
     for (int64_t d = 0; d < spec.document_count; ++d) {
       lengths.push_back((d + 1) * length / spec.document_count - d * length / spec.document_count);
     }
   }
   std::vector<Slice> s;
+  s.reserve(lengths.size() + 1);
   int64_t begin = 0;
   for (int64_t len : lengths) {
     if (begin + len > length) {
@@ -96,12 +112,18 @@ Result<std::vector<Slice>> Documents(int64_t length, const MaskSpec& spec) {
 // Text rows are causal; an image row sees everything before its image and the whole image.
 Result<std::vector<Slice>> Modality(int64_t length, const MaskSpec& spec) {
   std::vector<std::pair<int64_t, int64_t>> spans = spec.image_spans;
-  if (spec.image_tokens > 0) {
+  if (spec.image_tokens > 0 && spec.text_tokens < length) {
+    // Per image, the text before it and the image, then the text after the last one.
+    const int64_t period = spec.text_tokens + spec.image_tokens;
+    const int64_t images = (length - spec.text_tokens + period - 1) / period;
+    DCP_RETURN_IF_ERROR(CheckSliceCount("modality", length, 2 * images + 1));
+    spans.reserve(static_cast<size_t>(images));
     for (int64_t b = spec.text_tokens; b < length; b += spec.text_tokens + spec.image_tokens) {
       spans.emplace_back(b, std::min(length, b + spec.image_tokens));
     }
   }
   std::vector<Slice> s;
+  s.reserve(2 * spans.size() + 1);
   int64_t text_begin = 0;
   for (const auto& [begin, end] : spans) {
     if (end > length) {
@@ -144,8 +166,8 @@ Result<std::vector<Slice>> RawSlices(const MaskSpec& spec, int64_t length) {
 }  // namespace
 
 Result<Mask> MaskSpec::Build(int64_t length) const {
-  const std::string context =
-      fmt::format("mask '{}'", family == MaskFamily::kExplicit ? "explicit" : ToString());
+  const std::string context = fmt::format(
+      "mask '{}'", family == MaskFamily::kExplicit ? "explicit" : internal::Excerpt(ToString()));
   if (length < 1 || length > kMaxSequenceLength) {
     return Status::InvalidArgument(fmt::format("{}: sequence length {} is not in [1, {}]", context,
                                                length, kMaxSequenceLength));

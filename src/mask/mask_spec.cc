@@ -9,9 +9,13 @@
 #include <nlohmann/json.hpp>
 
 #include "dcp/mask.h"
+#include "util/excerpt.h"
+#include "util/json.h"
 
 namespace dcp {
 namespace {
+
+using internal::Excerpt;  // user text in messages: long specs are quoted by an excerpt
 
 struct FamilyInfo {
   MaskFamily family;
@@ -49,7 +53,7 @@ Result<int64_t> ParseInt(std::string_view key, std::string_view text, int64_t mi
   int64_t value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end != text.data() + text.size()) {
-    return Status::InvalidArgument(fmt::format("{}='{}' is not an integer", key, text));
+    return Status::InvalidArgument(fmt::format("{}='{}' is not an integer", key, Excerpt(text)));
   }
   if (value < min || value > max) {
     return Status::InvalidArgument(
@@ -70,6 +74,13 @@ std::vector<std::string_view> Split(std::string_view text, char sep) {
   return parts;
 }
 
+// Each document, image span or slice of a list becomes at least one slice of the mask.
+Status CheckListSize(std::string_view list, size_t size) {
+  if (size <= static_cast<size_t>(kMaxMaskSlices)) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "{} lists more than {} elements, the limit of slices per mask", list, kMaxMaskSlices));
+}
+
 Status SetParameter(MaskSpec& spec, std::string_view key, std::string_view value) {
   constexpr int64_t kMax = kMaxSequenceLength;
   if (key == "window") {
@@ -86,7 +97,7 @@ Status SetParameter(MaskSpec& spec, std::string_view key, std::string_view value
     double q = 0;
     auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), q);
     if (ec != std::errc() || end != value.data() + value.size() || !std::isfinite(q)) {
-      return Status::InvalidArgument(fmt::format("question='{}' is not a number", value));
+      return Status::InvalidArgument(fmt::format("question='{}' is not a number", Excerpt(value)));
     }
     if (q < 0 || q >= 1) {
       return Status::InvalidArgument(fmt::format("question={} is out of range [0, 1)", q));
@@ -94,6 +105,7 @@ Status SetParameter(MaskSpec& spec, std::string_view key, std::string_view value
     spec.question = q;
   } else if (key == "lengths") {
     for (std::string_view part : Split(value, '/')) {
+      DCP_RETURN_IF_ERROR(CheckListSize("lengths", spec.document_lengths.size() + 1));
       DCP_ASSIGN_OR_RETURN(int64_t len, ParseInt("lengths", part, 1, kMax));
       spec.document_lengths.push_back(len);
     }
@@ -105,18 +117,20 @@ Status SetParameter(MaskSpec& spec, std::string_view key, std::string_view value
     DCP_ASSIGN_OR_RETURN(spec.image_tokens, ParseInt(key, value, 1, kMax));
   } else if (key == "images") {
     for (std::string_view part : Split(value, '/')) {
+      DCP_RETURN_IF_ERROR(CheckListSize("images", spec.image_spans.size() + 1));
       const std::vector<std::string_view> ends = Split(part, '-');
       if (ends.size() != 2) {
-        return Status::InvalidArgument(fmt::format("images: span '{}' is not BEGIN-END", part));
+        return Status::InvalidArgument(
+            fmt::format("images: span '{}' is not BEGIN-END", Excerpt(part)));
       }
       DCP_ASSIGN_OR_RETURN(int64_t begin, ParseInt("image begin", ends[0], 0, kMax));
       DCP_ASSIGN_OR_RETURN(int64_t end, ParseInt("image end", ends[1], 0, kMax));
       if (end <= begin) {
-        return Status::InvalidArgument(fmt::format("images: span '{}' is empty", part));
+        return Status::InvalidArgument(fmt::format("images: span '{}' is empty", Excerpt(part)));
       }
       if (!spec.image_spans.empty() && begin < spec.image_spans.back().second) {
-        return Status::InvalidArgument(
-            fmt::format("images: span '{}' overlaps or precedes the span before it", part));
+        return Status::InvalidArgument(fmt::format(
+            "images: span '{}' overlaps or precedes the span before it", Excerpt(part)));
       }
       spec.image_spans.emplace_back(begin, end);
     }
@@ -151,8 +165,8 @@ Result<MaskSpec> ParseText(std::string_view text) {
     if (f.name == name && f.family != MaskFamily::kExplicit) info = &f;
   }
   if (info == nullptr) {
-    return Status::InvalidArgument(
-        fmt::format("unknown mask family '{}' (known: {}, or a JSON object)", name, FamilyList()));
+    return Status::InvalidArgument(fmt::format(
+        "unknown mask family '{}' (known: {}, or a JSON object)", Excerpt(name), FamilyList()));
   }
   MaskSpec spec;
   spec.family = info->family;
@@ -162,14 +176,17 @@ Result<MaskSpec> ParseText(std::string_view text) {
     for (std::string_view item : Split(text.substr(colon + 1), ',')) {
       const size_t eq = item.find('=');
       if (eq == std::string_view::npos || eq == 0) {
-        return Status::InvalidArgument(fmt::format("parameter '{}' is not key=value", item));
+        return Status::InvalidArgument(
+            fmt::format("parameter '{}' is not key=value", Excerpt(item)));
       }
       const std::string_view key = item.substr(0, eq);
       if (std::find(info->keys.begin(), info->keys.end(), key) == info->keys.end()) {
         return Status::InvalidArgument(
-            fmt::format("unknown parameter '{}' for mask family '{}'", key, name));
+            fmt::format("unknown parameter '{}' for mask family '{}'", Excerpt(key), name));
       }
-      if (seen[key]) return Status::InvalidArgument(fmt::format("parameter '{}' given twice", key));
+      if (seen[key]) {
+        return Status::InvalidArgument(fmt::format("parameter '{}' given twice", Excerpt(key)));
+      }
       seen[key] = true;
       has_text = has_text || key == "text";
       DCP_RETURN_IF_ERROR(SetParameter(spec, key, item.substr(eq + 1)));
@@ -181,8 +198,8 @@ Result<MaskSpec> ParseText(std::string_view text) {
 
 Result<AffineColumn> ParseColumn(const nlohmann::json& j, std::string_view what) {
   if (!j.is_array() || j.size() != 2 || !j[0].is_number_integer() || !j[1].is_number_integer()) {
-    return Status::InvalidArgument(
-        fmt::format("{} must be [base, slope] with integers, got {}", what, j.dump()));
+    return Status::InvalidArgument(fmt::format("{} must be [base, slope] with integers, got {}",
+                                               what, internal::JsonExcerpt(j)));
   }
   for (const nlohmann::json& value : j) {
     if (value.is_number_unsigned() &&
@@ -194,14 +211,14 @@ Result<AffineColumn> ParseColumn(const nlohmann::json& j, std::string_view what)
 }
 
 Result<MaskSpec> ParseJson(std::string_view text) {
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Status::InvalidArgument("mask JSON does not parse");
+  DCP_ASSIGN_OR_RETURN(const nlohmann::json j, internal::ParseJson(text, "mask JSON"));
   if (!j.is_object() || !j.contains("slices") || !j["slices"].is_array()) {
     return Status::InvalidArgument("mask JSON must be an object with a \"slices\" array");
   }
+  DCP_RETURN_IF_ERROR(CheckListSize("mask JSON \"slices\"", j["slices"].size()));
   for (const auto& [key, _] : j.items()) {
     if (key != "slices")
-      return Status::InvalidArgument(fmt::format("mask JSON: unknown key '{}'", key));
+      return Status::InvalidArgument(fmt::format("mask JSON: unknown key '{}'", Excerpt(key)));
   }
   MaskSpec spec;
   spec.family = MaskFamily::kExplicit;
@@ -213,7 +230,7 @@ Result<MaskSpec> ParseJson(std::string_view text) {
       return Status::InvalidArgument(
           fmt::format("{} must be {{\"rows\": [b, e], \"lo\": [base, slope], \"hi\": [base, "
                       "slope]}}, got {}",
-                      where, s.dump()));
+                      where, internal::JsonExcerpt(s)));
     }
     DCP_ASSIGN_OR_RETURN(AffineColumn rows, ParseColumn(s["rows"], where + " rows"));
     DCP_ASSIGN_OR_RETURN(AffineColumn lo, ParseColumn(s["lo"], where + " lo"));
@@ -244,7 +261,9 @@ std::string_view ToString(MaskFamily family) {
 
 Result<MaskSpec> MaskSpec::Parse(std::string_view text) {
   Result<MaskSpec> spec = !text.empty() && text.front() == '{' ? ParseJson(text) : ParseText(text);
-  if (!spec.ok()) return spec.status().WithContext(fmt::format("mask '{}'", text));
+  if (!spec.ok()) {
+    return spec.status().WithContext(fmt::format("mask '{}'", Excerpt(text)));
+  }
   return spec;
 }
 

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "dcp/sim.h"
+#include "util/excerpt.h"
+#include "util/json.h"
 
 namespace dcp {
 namespace {
@@ -113,12 +115,14 @@ Status CheckKeys(const nlohmann::json& object, const std::string& prefix) {
     }
     if (group) {
       if (!value.is_object()) {
-        return Status::InvalidArgument(
-            fmt::format("cluster key '{}': expected an object, got {}", path, value.dump()));
+        return Status::InvalidArgument(fmt::format("cluster key '{}': expected an object, got {}",
+                                                   internal::Excerpt(path),
+                                                   internal::JsonExcerpt(value)));
       }
       DCP_RETURN_IF_ERROR(CheckKeys(value, path));
     } else if (!leaf) {
-      return Status::InvalidArgument(fmt::format("cluster key '{}' is unknown", path));
+      return Status::InvalidArgument(
+          fmt::format("cluster key '{}' is unknown", internal::Excerpt(path)));
     }
   }
   return Status::Ok();
@@ -195,7 +199,7 @@ Result<ClusterSpec> ClusterPreset(std::string_view name) {
   if (name == "p4de") return P4de();
   if (name == "h100") return H100();
   return Status::NotFound(
-      fmt::format("cluster preset '{}' is unknown (presets: p4de, h100)", name));
+      fmt::format("cluster preset '{}' is unknown (presets: p4de, h100)", internal::Excerpt(name)));
 }
 
 std::string ClusterToJson(const ClusterSpec& cluster) {
@@ -210,12 +214,7 @@ std::string ClusterToJson(const ClusterSpec& cluster) {
 }
 
 Result<ClusterSpec> ParseClusterJson(std::string_view json) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(json);
-  } catch (const nlohmann::json::exception& e) {
-    return Status::InvalidArgument(fmt::format("cluster JSON does not parse: {}", e.what()));
-  }
+  DCP_ASSIGN_OR_RETURN(const nlohmann::json j, internal::ParseJson(json, "cluster JSON"));
   if (!j.is_object()) {
     return Status::InvalidArgument(
         fmt::format("cluster JSON must be an object, got {}", j.type_name()));
@@ -224,8 +223,8 @@ Result<ClusterSpec> ParseClusterJson(std::string_view json) {
   std::string preset = "p4de";
   if (j.contains("preset")) {
     if (!j["preset"].is_string()) {
-      return Status::InvalidArgument(
-          fmt::format("cluster key 'preset': expected a string, got {}", j["preset"].dump()));
+      return Status::InvalidArgument(fmt::format("cluster key 'preset': expected a string, got {}",
+                                                 internal::JsonExcerpt(j["preset"])));
     }
     preset = j["preset"].get<std::string>();
   }
@@ -247,7 +246,7 @@ Result<ClusterSpec> ParseClusterJson(std::string_view json) {
     if (node == nullptr) continue;
     if (!f.set(*node, spec)) {
       return Status::InvalidArgument(fmt::format("cluster key '{}': {} is not a valid {}", f.path,
-                                                 node->dump(),
+                                                 internal::JsonExcerpt(*node),
                                                  f.path == "name" ? "string" : "number"));
     }
   }

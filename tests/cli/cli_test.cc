@@ -641,4 +641,44 @@ TEST(CliBench, RejectsATopologyThatDoesNotMatchTheCluster) {
       << run.err;
 }
 
+// ---- Issue 18: no crash on any input ------------------------------------------------------------
+
+// A run that must fail cleanly: exit 1 and one short "dcp: error:" line containing `fragment`.
+void ExpectOneLineFailure(const CliRun& run, const std::string& fragment) {
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_EQ(run.err.rfind("dcp: error: ", 0), 0u) << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  EXPECT_NE(run.err.find(fragment), std::string::npos) << run.err;
+  EXPECT_LT(run.err.size(), 600u) << "the message quotes too much";
+  EXPECT_TRUE(run.out.empty()) << run.out;
+}
+
+// Regression: valid periodic masks on a 2^30-token sequence aborted with std::bad_alloc (exit 134).
+TEST(CliBlocks, RefusesMasksThatNeedTooManySlicesInsteadOfAborting) {
+  for (const std::string mask : {"modality:image=5", "documents:count=1073741824",
+                                 "shared-question:question=0,answers=1073741824"}) {
+    SCOPED_TRACE(mask);
+    ExpectOneLineFailure(RunDcp({"blocks", "--seqlens", "1073741824", "--mask", mask}, 120),
+                         "more than the limit of 1048576 per mask");
+  }
+}
+
+// Regression: a JSON mask file or cluster file nested 60,000 levels deep crashed with a stack
+// overflow (SIGSEGV) while its error message printed the value.
+TEST(CliBlocks, RefusesADeeplyNestedJsonMaskFile) {
+  const std::string path = TempPath(".json");
+  WriteFile(path, "{\"slices\": " + std::string(60000, '[') + std::string(60000, ']') + "}");
+  const CliRun run = RunDcp({"blocks", "--seqlens", "100", "--mask", "@" + path}, 120);
+  std::remove(path.c_str());
+  ExpectOneLineFailure(run, "mask JSON is nested deeper than 64 levels");
+}
+
+TEST(CliSimulate, RefusesADeeplyNestedClusterFile) {
+  const std::string path = TempPath(".json");
+  WriteFile(path, "{\"device\": " + std::string(60000, '[') + std::string(60000, ']') + "}");
+  const CliRun run = RunDcp({"simulate", "--seqlens", "100", "--cluster", path}, 120);
+  std::remove(path.c_str());
+  ExpectOneLineFailure(run, "cluster JSON is nested deeper than 64 levels");
+}
+
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dcp/mask.h"
@@ -282,7 +283,42 @@ TEST(MaskSpecErrors, MessageQuotesTheWholeSpec) {
   ExpectParseError("banana:x=1", {"mask 'banana:x=1'"});
 }
 
+// A message quotes a long spec by a one-line excerpt and its size, never whole.
+TEST(MaskSpecErrors, MessageQuotesALongSpecByAnExcerpt) {
+  const std::string unknown(100000, 'x');
+  ExpectParseError(unknown, {"mask 'xxxx", "... (100000 bytes)'"});
+  EXPECT_LT(MaskSpec::Parse(unknown).status().message().size(), 400u);
+  const Result<MaskSpec> json = MaskSpec::Parse("{\"slices\": [\n  {\"rows\": [0, 1]}\n]}");
+  ASSERT_FALSE(json.ok());
+  EXPECT_EQ(json.status().message().find('\n'), std::string::npos) << json.status().message();
+}
+
+// Lists of documents, image spans and slices give at least one slice per element: a list longer
+// than the limit of slices per mask is refused when it is parsed.
+TEST(MaskSpecErrors, ListsLongerThanTheSliceLimitAreRefused) {
+  std::string lengths = "documents:lengths=1";
+  for (int64_t k = 0; k < kMaxMaskSlices; ++k) lengths += "/1";
+  const Result<MaskSpec> spec = MaskSpec::Parse(lengths);
+  ASSERT_FALSE(spec.ok());
+  ExpectInvalidArgument(spec.status(), {"lengths lists more than 1048576 elements"});
+  EXPECT_LT(spec.status().message().size(), 400u);
+  lengths.resize(lengths.size() - 2);  // exactly the limit
+  EXPECT_TRUE(MaskSpec::Parse(lengths).ok());
+}
+
 // ---- JSON form ---------------------------------------------------------------------------------
+
+// Regression: a mask JSON nested 60,000 levels deep (120 KB) overflowed the stack while the error
+// message printed the value; it is refused while parsing, with a short message.
+TEST(MaskSpecJson, JsonNestedDeeperThanTheLimitIsRefused) {
+  const std::string deep =
+      "{\"slices\": " + std::string(60000, '[') + std::string(60000, ']') + "}";
+  ExpectParseError(deep, {"mask JSON is nested deeper than 64 levels"});
+  EXPECT_LT(MaskSpec::Parse(deep).status().message().size(), 400u);
+  // Nested within the limit, the slice is simply not a slice.
+  ExpectParseError("{\"slices\": [" + std::string(60, '[') + std::string(60, ']') + "]}",
+                   {"slice 0", "[[[["});
+}
 
 constexpr char kDocExample[] = R"({"slices": [
   {"rows": [0, 100],   "lo": [0, 0],  "hi": [1, 1]},
@@ -451,6 +487,50 @@ TEST(MaskSpecBuild, ErrorsNameTheSpec) {
   ExpectBuildError("documents:lengths=6/6", 10, {"mask 'documents:lengths=6/6'"});
   ExpectBuildError("documents:count=11", 10, {"mask 'documents:count=11'"});
   ExpectBuildError("modality:images=2-12", 10, {"mask 'modality:images=2-12'"});
+}
+
+// Regression: periodic families built one slice per period before looking at the count, so
+// valid specs on a 2^30-token sequence aborted with std::bad_alloc. They are refused before
+// anything is allocated, naming the family, the length and the slices needed.
+TEST(MaskSpecBuild, RefusesFamiliesThatNeedMoreSlicesThanTheLimit) {
+  const int64_t l = kMaxSequenceLength;
+  ExpectBuildError("modality:image=5", l,
+                   {"mask 'modality:image=5,text=0': modality: a sequence of 1073741824 tokens "
+                    "needs 429496731 slices, more than the limit of 1048576 per mask"});
+  ExpectBuildError("modality:image=1,text=1", l, {"modality", "1073741825 slices"});
+  ExpectBuildError("documents:count=1073741824", l, {"documents", "1073741824 slices", "limit"});
+  ExpectBuildError("shared-question:question=0,answers=1073741824", l,
+                   {"shared-question", "1073741824 tokens", "2147483649 slices"});
+  // Just past the limit.
+  ExpectBuildError("documents:count=1048577", l, {"1048577 slices"});
+  ExpectBuildError("shared-question:question=0,answers=524288", l, {"1048577 slices"});
+  ExpectBuildError("modality:image=2048", l, {"1048577 slices"});
+}
+
+// The slices a family needs depend on the sequence, not on its numbers alone: huge parameters
+// that need few slices build, and every product of a length and a parameter stays in range (UBSan
+// checks the arithmetic in CI).
+TEST(MaskSpecBuild, HugeParametersThatNeedFewSlicesBuild) {
+  const int64_t l = kMaxSequenceLength;
+  for (const auto& [text, length] : std::vector<std::pair<std::string, int64_t>>{
+           {"shared-question:question=0.5,answers=1073741824", 100},  // only the last answer
+           {"shared-question:question=0.999999,answers=1073741824", l},
+           {"modality:image=1073741824,text=1073741824", l},
+           {"modality:image=4096,text=1073737728", l},  // one image, at the end
+           {"documents:count=1024", l},
+           {"sliding-window:window=1073741824", l},
+           {"lambda:sink=1073741824,window=1073741824", l},
+           {"causal-blockwise:block=1,local=1073741824", l},
+           {"causal-blockwise:block=32768,local=32768", l},
+           {"causal-blockwise:block=1073741824,local=1073741824", l}}) {
+    SCOPED_TRACE(text);
+    const Result<Mask> mask = ParseOk(text).Build(length);
+    ASSERT_TRUE(mask.ok()) << mask.status().ToString();
+    EXPECT_GT(mask->TotalArea(), 0);
+  }
+  const MaskSpec few_answers = ParseOk("shared-question:question=0.5,answers=1073741824");
+  EXPECT_TRUE(AreasMatch(*few_answers.Build(100), DenseFromSpec(few_answers, 100),
+                         std::vector<testing::Rect>{{0, 100, 0, 100}, {50, 100, 0, 100}}));
 }
 
 TEST(MaskSpecBuild, SameSpecBuildsEveryLength) {

@@ -120,5 +120,22 @@ TEST(ClusterJson, RejectsTextThatIsNotAnObject) {
   ExpectRejected("[1, 2]", "must be an object");
 }
 
+// Regression: a cluster file nested 60,000 levels deep (120 KB) overflowed the stack while the
+// error message printed the value; it is refused while parsing, with a short message.
+TEST(ClusterJson, RejectsJsonNestedDeeperThanTheLimit) {
+  const std::string deep =
+      "{\"device\": " + std::string(60000, '[') + std::string(60000, ']') + "}";
+  ExpectRejected(deep, "cluster JSON is nested deeper than 64 levels");
+  EXPECT_LT(ParseClusterJson(deep).status().message().size(), 400u);
+}
+
+// Values in error messages are quoted by a short excerpt.
+TEST(ClusterJson, QuotesLongValuesByAnExcerpt) {
+  const std::string name(100000, 'n');
+  ExpectRejected("{\"preset\": \"" + name + "\"}", "... (100000 bytes)");
+  ExpectRejected("{\"device\": \"" + name + "\"}", "... (100002 bytes)");
+  EXPECT_LT(ParseClusterJson("{\"name\": [\"" + name + "\"]}").status().message().size(), 400u);
+}
+
 }  // namespace
 }  // namespace dcp
