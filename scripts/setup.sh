@@ -15,6 +15,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 packages=(
   build-essential clang cmake ninja-build ccache pkg-config
+  libclang-rt-14-dev llvm  # libFuzzer and the sanitizer runtimes for clang, llvm-symbolizer (fuzz/)
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev
   libtrilinos-zoltan-dev libopenmpi-dev openmpi-bin
