@@ -21,21 +21,32 @@ constexpr size_t kLengthsOffset = kCountOffset + 8 + 8;
 void CheckIndex(std::string_view data) {
   static MemoryFile file;
   file.Write(data);
-  const Result<std::vector<int64_t>> lengths = ReadMegatronIndex(file.path());
-  Outcome("megatron index", lengths.status(), {StatusCode::kCorrupt}, file.path());
-  if (!lengths.ok()) return;
+  const Result<MegatronIndexLengths> read = ReadMegatronIndex(file.path());
+  // Corrupt bytes; Unsupported: another version or the legacy format; InvalidArgument: no
+  // sequence of at least one token.
+  Outcome("megatron index", read.status(),
+          {StatusCode::kCorrupt, StatusCode::kUnsupported, StatusCode::kInvalidArgument},
+          file.path());
+  if (!read.ok()) return;
+  const std::vector<int64_t>& lengths = read->lengths;
   DCP_FUZZ_CHECK(data.size() >= kLengthsOffset, "a {}-byte file was read", data.size());
   uint64_t count = 0;
   std::memcpy(&count, data.data() + kCountOffset, sizeof(count));
-  DCP_FUZZ_CHECK(lengths->size() == count && count >= 1, "{} lengths for a count of {}",
-                 lengths->size(), count);
-  for (size_t i = 0; i < lengths->size(); ++i) {
+  DCP_FUZZ_CHECK(lengths.size() + static_cast<uint64_t>(read->empty_sequences) == count &&
+                     !lengths.empty(),
+                 "{} lengths and {} empty for a count of {}", lengths.size(),
+                 read->empty_sequences, count);
+  // The stored lengths, the empty ones left out, in order.
+  size_t next = 0;
+  for (uint64_t i = 0; i < count; ++i) {
     int32_t stored = 0;
     std::memcpy(&stored, data.data() + kLengthsOffset + 4 * i, sizeof(stored));
-    DCP_FUZZ_CHECK((*lengths)[i] == stored && stored >= 1, "length {}: read {}, stored {}", i,
-                   (*lengths)[i], stored);
+    if (stored == 0) continue;
+    DCP_FUZZ_CHECK(next < lengths.size() && lengths[next] == stored && stored >= 1,
+                   "length {}: stored {}", i, stored);
+    ++next;
   }
-  Outcome("batch", Batch::Create(*lengths, {MaskSpec{}}, AttentionShape{}).status(),
+  Outcome("batch", Batch::Create(lengths, {MaskSpec{}}, AttentionShape{}).status(),
           {StatusCode::kInvalidArgument});
 }
 
