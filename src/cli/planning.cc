@@ -37,6 +37,12 @@ void AddPlannerOptions(CLI::App& app, PlannerArgs& args) {
                  "--block-size (default 1024 with this option, as `dcp place`)");
 }
 
+Status CheckPartitionWithStrategy(const PlannerArgs& planner, Strategy strategy) {
+  if (strategy == Strategy::kDcp || planner.read_partition.empty()) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "--read-partition gives the placement; --strategy {} has its own", ToString(strategy)));
+}
+
 Result<ClusterSpec> LoadCluster(const std::string& name) {
   Result<ClusterSpec> preset = ClusterPreset(name);
   if (preset.ok()) return preset;

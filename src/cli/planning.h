@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/batch_args.h"
+#include "dcp/baselines.h"
 #include "dcp/planner.h"
 #include "dcp/token_map.h"
 #include "util/stopwatch.h"
@@ -29,6 +30,10 @@ struct PlannerArgs {
 };
 
 void AddPlannerOptions(CLI::App& app, PlannerArgs& args);
+
+// InvalidArgument when --read-partition comes with another strategy than dcp: that strategy has
+// its own placement.
+Status CheckPartitionWithStrategy(const PlannerArgs& planner, Strategy strategy);
 
 // A preset name, or a JSON file in the format of docs/simulator.md.
 Result<ClusterSpec> LoadCluster(const std::string& name);

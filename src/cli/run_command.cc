@@ -223,10 +223,7 @@ Result<PlannedFromArgs> PlanForRun(const BatchArgs& batch_args, const RunArgs& a
   Result<Strategy> strategy = ParseStrategy(args.strategy);
   if (!strategy.ok()) return strategy.status().WithContext("--strategy");
   if (*strategy == Strategy::kDcp) return PlanFromArgs(batch_args, args.placement, args.planner);
-  if (!args.planner.read_partition.empty()) {
-    return Status::InvalidArgument(fmt::format(
-        "--read-partition gives the placement; --strategy {} has its own", args.strategy));
-  }
+  DCP_RETURN_IF_ERROR(CheckPartitionWithStrategy(args.planner, *strategy));
   DCP_ASSIGN_OR_RETURN(const Topology topology, BuildTopology(batch_args, args.placement));
   int64_t empty_sequences = 0;
   DCP_ASSIGN_OR_RETURN(Batch batch, BuildBatch(batch_args, &empty_sequences));

@@ -188,9 +188,8 @@ int Run(const CLI::App& cmd, BatchArgs batch_args, const SimulateArgs& args) {
     Result<Topology> topology = BuildTopology(batch_args, args.placement);
     if (!topology.ok()) return ReportError(topology.status());
     if (Status s = CheckDevicesPerNode(*topology, *cluster); !s.ok()) return ReportError(s);
-    if (*strategy != Strategy::kDcp && !args.planner.read_partition.empty()) {
-      return ReportError(Status::InvalidArgument(fmt::format(
-          "--read-partition gives the placement; --strategy {} has its own", args.strategy)));
+    if (Status s = CheckPartitionWithStrategy(args.planner, *strategy); !s.ok()) {
+      return ReportError(s);
     }
     simulated = *strategy == Strategy::kDcp
                     ? WithDcp(batch_args, args, *cluster)
