@@ -108,12 +108,22 @@ int64_t Anneal(const Hypergraph& g, const std::vector<int32_t>& subset, int32_t 
   const auto accept = [&](int64_t delta) {
     return delta <= 0 || uniform() < std::exp(-static_cast<double>(delta) / heat);
   };
-  const auto keep_if_best = [&] {
+  // A new best is copied out only when the walk is about to leave it (a move that does not lower
+  // km1) or at the end: copying on every improvement would cost a whole partition per step while
+  // the walk descends.
+  bool best_is_current = false;
+  const auto note_if_best = [&] {
     if (state.km1() < best || !have_best) {
       if (!state.WithinCaps()) return;
       best = state.km1();
       have_best = true;
+      best_is_current = true;
+    }
+  };
+  const auto before_leaving = [&](int64_t delta) {
+    if (best_is_current && delta >= 0) {
       *part = state.part();
+      best_is_current = false;
     }
   };
   for (int64_t step = 0; step < options.steps; ++step, heat *= cooling) {
@@ -132,7 +142,9 @@ int64_t Anneal(const Hypergraph& g, const std::vector<int32_t>& subset, int32_t 
         to = state.part_of(g.pins[g.net_begin[net] + static_cast<int32_t>(pick(size))]);
       }
       if (to < 0 || to == from || !state.MayChange(to, cv, mv)) continue;
-      if (!accept(state.MoveDelta(v, to))) continue;
+      const int64_t delta = state.MoveDelta(v, to);
+      if (!accept(delta)) continue;
+      before_leaving(delta);
       state.Move(v, to);
     } else {
       // A swap with a vertex of another part.
@@ -143,12 +155,15 @@ int64_t Anneal(const Hypergraph& g, const std::vector<int32_t>& subset, int32_t 
       if (!state.MayChange(to, cv - cu, mv - mu) || !state.MayChange(from, cu - cv, mu - mv)) {
         continue;
       }
-      if (!accept(state.SwapDelta(v, u))) continue;
+      const int64_t delta = state.SwapDelta(v, u);
+      if (!accept(delta)) continue;
+      before_leaving(delta);
       state.Move(v, to);
       state.Move(u, from);
     }
-    keep_if_best();
+    note_if_best();
   }
+  if (best_is_current) *part = state.part();
   return best;
 }
 

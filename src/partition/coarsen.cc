@@ -176,25 +176,38 @@ CoarseLevel ContractRows(const Hypergraph& g, const std::vector<int32_t>& sequen
   std::vector<char> in_subset(g.n_vertices(), 0);
   for (int32_t v : subset) in_subset[v] = 1;
 
-  // The data block whose row a tile of the subset joins (-1: its row's data lies outside).
+  // The data block whose row each tile of the subset reads.
   std::vector<int32_t> row_of(g.n_compute, -1);
   for (int32_t n = 0; n < g.n_nets(); ++n) {
-    if (g.net_kind[n] != NetKind::kRow || !in_subset[g.n_compute + g.net_data_block[n]]) continue;
+    if (g.net_kind[n] != NetKind::kRow) continue;
     for (int32_t i = g.net_begin[n]; i < g.net_begin[n + 1]; ++i) {
       const int32_t t = g.pins[i];
       if (t < g.n_compute && in_subset[t]) row_of[t] = g.net_data_block[n];
     }
   }
+  // Tiles of a row whose data lies outside the subset form one coarse compute vertex per row
+  // (they share its row net, so keeping them together saves it), numbered first.
   Hypergraph& c = level.graph;
   level.coarse_of.assign(g.n_vertices(), -1);
+  const auto with_its_data = [&](int32_t t) {
+    return row_of[t] >= 0 && in_subset[g.n_compute + row_of[t]];
+  };
+  std::vector<int32_t> foreign_row(g.n_data, -1);
   for (int32_t v : subset) {
-    if (v < g.n_compute && row_of[v] < 0) level.coarse_of[v] = c.n_compute++;
+    if (v >= g.n_compute || with_its_data(v)) continue;
+    if (row_of[v] < 0) {  // no row net (not made by BuildHypergraph): a vertex of its own
+      level.coarse_of[v] = c.n_compute++;
+      continue;
+    }
+    int32_t& coarse = foreign_row[row_of[v]];
+    if (coarse < 0) coarse = c.n_compute++;
+    level.coarse_of[v] = coarse;
   }
   c.n_data = g.n_data;
   for (int32_t v : subset) {
     if (v >= g.n_compute) {
       level.coarse_of[v] = c.n_compute + (v - g.n_compute);
-    } else if (row_of[v] >= 0) {
+    } else if (with_its_data(v)) {
       level.coarse_of[v] = c.n_compute + row_of[v];
     }
   }

@@ -45,8 +45,8 @@ CoarseLevel Coarsen(const Hypergraph& g, const std::vector<int32_t>& sequence_fi
 // a long causal sequence are light fillers whose columns the rows below read anyway, so whole
 // rows are a strong model on causal batches. Coarse data vertex n_compute + b stands for fine
 // data block b (empty and outside the coarse subset when b is outside the subset) and carries the
-// compute of its row; tiles whose row's data lies outside the subset stay one coarse compute
-// vertex each, numbered first. sequence_first_block is copied.
+// compute of its row; the tiles of a row whose data lies outside the subset form one coarse
+// compute vertex per row, numbered first. sequence_first_block is copied.
 CoarseLevel ContractRows(const Hypergraph& g, const std::vector<int32_t>& sequence_first_block,
                          const std::vector<int32_t>& subset);
 

@@ -99,15 +99,24 @@ class KwayPartitioner : public PartitionState {
            (memory == 0 || static_cast<double>(memory_[p] + memory) <= memory_cap_);
   }
 
-  // The compute vertices that read the queries of data vertex d and lie in the subset.
+  // The compute vertices that read the queries of data vertex d and lie in the subset, each once
+  // (a coarse data vertex may keep two row nets that share super-tiles; coarse nets list their
+  // pins in vertex order, so the data vertex is not always a net's first pin).
   std::vector<int32_t> RowTiles(int32_t d) const {
     std::vector<int32_t> tiles;
+    int32_t row_nets = 0;
     for (int32_t i = g_.vertex_begin[d]; i < g_.vertex_begin[d + 1]; ++i) {
       const int32_t n = g_.incident[i];
       if (g_.net_kind[n] != NetKind::kRow) continue;
-      for (int32_t j = g_.net_begin[n] + 1; j < g_.net_begin[n + 1]; ++j) {
-        if (in_subset_[g_.pins[j]]) tiles.push_back(g_.pins[j]);
+      ++row_nets;
+      for (int32_t j = g_.net_begin[n]; j < g_.net_begin[n + 1]; ++j) {
+        const int32_t t = g_.pins[j];
+        if (IsCompute(t) && in_subset_[t]) tiles.push_back(t);
       }
+    }
+    if (row_nets > 1) {
+      std::sort(tiles.begin(), tiles.end());
+      tiles.erase(std::unique(tiles.begin(), tiles.end()), tiles.end());
     }
     return tiles;
   }
@@ -384,6 +393,8 @@ class KwayPartitioner : public PartitionState {
   // One pass of label propagation: single-vertex moves, then whole-row moves of data vertices.
   // Returns whether anything moved.
   bool RefineRound() {
+    for (std::vector<int32_t>& list : data_of_part_) list.clear();
+    for (int32_t v : data_vertices_) data_of_part_[part_[v]].push_back(v);
     std::vector<int32_t> order = subset_;
     std::shuffle(order.begin(), order.end(), rng_);
     bool moved = false;
@@ -402,8 +413,7 @@ class KwayPartitioner : public PartitionState {
         }
       }
       if (best >= 0) {
-        Unassign(v);
-        Assign(v, best);
+        MoveVertex(v, best);
         moved = true;
       }
       if (!IsCompute(v)) moved = MoveRow(v, candidates) || SwapData(v, candidates) || moved;
@@ -499,7 +509,8 @@ class KwayPartitioner : public PartitionState {
       if (b == a) continue;
       const int64_t delta_d = MoveDelta(d, b);
       if (delta_d >= 0) continue;
-      for (int32_t e : data_in_part_scratch_(b)) {
+      for (int32_t e : data_of_part_[b]) {
+        if (part_[e] != b) continue;  // moved since it was listed
         const int64_t m_d = g_.memory_weight[d], m_e = g_.memory_weight[e];
         if (static_cast<double>(memory_[b] - m_e + m_d) > memory_cap_ ||
             static_cast<double>(memory_[a] - m_d + m_e) > memory_cap_) {
@@ -513,21 +524,16 @@ class KwayPartitioner : public PartitionState {
       }
     }
     if (best_e < 0) return false;
-    const int32_t b = part_[best_e];
-    Unassign(d);
-    Unassign(best_e);
-    Assign(d, b);
-    Assign(best_e, a);
+    MoveVertex(d, part_[best_e]);
+    MoveVertex(best_e, a);
     return true;
   }
 
-  // The data vertices of the subset currently on part p.
-  std::vector<int32_t> data_in_part_scratch_(int32_t p) const {
-    std::vector<int32_t> out;
-    for (int32_t v : data_vertices_) {
-      if (part_[v] == p) out.push_back(v);
-    }
-    return out;
+  // Moves v to part `to`, keeping data_of_part_ current.
+  void MoveVertex(int32_t v, int32_t to) {
+    Unassign(v);
+    Assign(v, to);
+    if (!IsCompute(v)) data_of_part_[to].push_back(v);
   }
 
   // Moves data vertex d with the row tiles on its part to the candidate part that lowers km1
@@ -543,29 +549,32 @@ class KwayPartitioner : public PartitionState {
       }
     }
     if (unit.size() == 1) return false;
-    const int64_t before = connectivity_;
+    // The unit's pins on each net it touches: a net leaves `from` when the unit holds all its
+    // pins there, and reaches `to` when it has none there yet.
+    unit_nets_.clear();
+    for (int32_t v : unit) {
+      for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
+        const int32_t n = g_.incident[i];
+        if (unit_pins_[n]++ == 0) unit_nets_.push_back(n);
+      }
+    }
     int32_t best = -1;
-    int64_t best_km1 = before;
+    int64_t best_delta = 0;
     for (int32_t to : candidates) {
       if (to == from || !Fits(to, compute, memory)) continue;
-      for (int32_t v : unit) {
-        Unassign(v);
-        Assign(v, to);
+      int64_t delta = 0;
+      for (int32_t n : unit_nets_) {
+        if (unit_pins_[n] == pin_count_[Slot(n, from)]) delta -= g_.net_weight[n];
+        if (pin_count_[Slot(n, to)] == 0) delta += g_.net_weight[n];
       }
-      if (connectivity_ < best_km1) {
+      if (delta < best_delta) {
         best = to;
-        best_km1 = connectivity_;
-      }
-      for (int32_t v : unit) {
-        Unassign(v);
-        Assign(v, from);
+        best_delta = delta;
       }
     }
+    for (int32_t n : unit_nets_) unit_pins_[n] = 0;
     if (best < 0) return false;
-    for (int32_t v : unit) {
-      Unassign(v);
-      Assign(v, best);
-    }
+    for (int32_t v : unit) MoveVertex(v, best);
     return true;
   }
 
@@ -589,16 +598,16 @@ class KwayPartitioner : public PartitionState {
     std::sort(out->begin(), out->end());
   }
 
-  // Moves the vertex of part `over` whose move to part `to` costs the fewest bytes among those
-  // that leave `to` below where `over` was on the overloaded constraint (and within the other
-  // constraint's cap): the sum of squared loads then falls, so repeated levelling ends. Returns
-  // whether a vertex moved.
-  bool LevelOut(int32_t over, bool compute_over, int32_t to) {
+  // Moves the vertex of `members` (the vertices of part `over`) whose move to part `to` costs the
+  // fewest bytes among those that leave `to` below where `over` was on the overloaded constraint
+  // (and within the other constraint's cap): the sum of squared loads then falls, so repeated
+  // levelling ends. Returns whether a vertex moved.
+  bool LevelOut(const std::vector<int32_t>& members, int32_t over, bool compute_over, int32_t to) {
     const std::vector<int64_t>& load = compute_over ? compute_ : memory_;
     const std::vector<int64_t>& weight = compute_over ? g_.compute_weight : g_.memory_weight;
     int32_t best = -1;
     int64_t best_delta = 0;
-    for (int32_t v : subset_) {
+    for (int32_t v : members) {
       if (part_[v] != over || weight[v] == 0 || load[to] + weight[v] >= load[over] ||
           !(compute_over ? Fits(to, 0, g_.memory_weight[v]) : Fits(to, g_.compute_weight[v], 0))) {
         continue;
@@ -610,26 +619,29 @@ class KwayPartitioner : public PartitionState {
       }
     }
     if (best < 0) return false;
-    Unassign(best);
-    Assign(best, to);
+    MoveVertex(best, to);
     return true;
   }
 
   // Moves vertices out of parts above a cap, each to the part with room where km1 grows least.
+  // The moves out of an overloaded part are kept in a heap by km1 change; a popped move is priced
+  // again and pushed back when its price has changed, and a move that imports a row or column
+  // into a part offers that part to the moved vertex's neighbours (their moves there become
+  // cheap). Each move is thus priced at its current cost, at a cost near-linear in the moves.
   void Repair() {
-    // Each pass ranks the moves out of one overloaded part by km1 change and applies the best few,
-    // then ranks again: a move that imports a row or column makes its neighbours cheap, which a
-    // longer batch of stale ranks would miss.
-    constexpr size_t kMovesPerPass = 8;
     struct Move {
       int64_t delta;
       int32_t v, to;
+      bool operator>(const Move& o) const {
+        return std::tie(delta, v, to) > std::tie(o.delta, o.v, o.to);
+      }
     };
-    std::vector<Move> moves;
-    std::vector<int32_t> targets;
+    std::priority_queue<Move, std::vector<Move>, std::greater<>> heap;
+    std::vector<int32_t> members, targets;
     // A (part, constraint) pair no move can relieve is stuck (e.g. memory when blocks are too few
     // for the devices); the others are still repaired.
     std::vector<char> stuck(2 * static_cast<size_t>(k_), 0);
+    const auto cap_of = [&](bool compute_over) { return compute_over ? compute_cap_ : memory_cap_; };
     for (int pass = 0; pass < 4 * static_cast<int>(subset_.size()); ++pass) {
       int32_t over = -1;
       bool compute_over = false;
@@ -643,41 +655,51 @@ class KwayPartitioner : public PartitionState {
       }
       if (over < 0) return;
       const std::vector<int64_t>& load = compute_over ? compute_ : memory_;
+      const std::vector<int64_t>& weight = compute_over ? g_.compute_weight : g_.memory_weight;
       const int32_t emptiest =
           static_cast<int32_t>(std::min_element(load.begin(), load.end()) - load.begin());
-      moves.clear();
+      members.clear();
       for (int32_t v : subset_) {
-        if (part_[v] != over || (compute_over ? g_.compute_weight[v] : g_.memory_weight[v]) == 0) {
-          continue;
+        if (part_[v] == over && weight[v] != 0) members.push_back(v);
+      }
+      heap = {};
+      const auto offer = [&](int32_t v, int32_t to) {
+        if (to != over && Fits(to, g_.compute_weight[v], g_.memory_weight[v])) {
+          heap.push({MoveDelta(v, to), v, to});
         }
+      };
+      for (int32_t v : members) {
         Candidates(v, &targets);
         targets.push_back(emptiest);
-        for (int32_t to : targets) {
-          if (to == over || !Fits(to, g_.compute_weight[v], g_.memory_weight[v])) continue;
-          moves.push_back({MoveDelta(v, to), v, to});
-        }
+        for (int32_t to : targets) offer(v, to);
       }
-      if (moves.empty()) {
+      if (heap.empty()) {
         // Nothing fits anywhere: the caps cannot all hold (e.g. fewer blocks than devices need).
         // Level the load instead, so the worst part ends as low as it can.
-        if (!LevelOut(over, compute_over, emptiest)) stuck[2 * over + (compute_over ? 0 : 1)] = 1;
+        if (!LevelOut(members, over, compute_over, emptiest)) {
+          stuck[2 * over + (compute_over ? 0 : 1)] = 1;
+        }
         continue;
       }
-      std::sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) {
-        return std::tie(a.delta, a.v, a.to) < std::tie(b.delta, b.v, b.to);
-      });
-      size_t applied = 0;
-      for (const Move& m : moves) {
-        if (applied == kMovesPerPass) break;
-        const bool still_over =
-            static_cast<double>(load[over]) > (compute_over ? compute_cap_ : memory_cap_);
-        if (!still_over) break;
+      while (!heap.empty() && static_cast<double>(load[over]) > cap_of(compute_over)) {
+        const Move m = heap.top();
+        heap.pop();
         if (part_[m.v] != over || !Fits(m.to, g_.compute_weight[m.v], g_.memory_weight[m.v])) {
           continue;
         }
-        Unassign(m.v);
-        Assign(m.v, m.to);
-        ++applied;
+        if (const int64_t now = MoveDelta(m.v, m.to); now != m.delta) {
+          heap.push({now, m.v, m.to});
+          continue;
+        }
+        MoveVertex(m.v, m.to);
+        for (int32_t i = g_.vertex_begin[m.v]; i < g_.vertex_begin[m.v + 1]; ++i) {
+          const int32_t n = g_.incident[i];
+          if (g_.net_begin[n + 1] - g_.net_begin[n] > kFmNeighbourNetSize) continue;
+          for (int32_t j = g_.net_begin[n]; j < g_.net_begin[n + 1]; ++j) {
+            const int32_t u = g_.pins[j];
+            if (part_[u] == over && in_subset_[u] && weight[u] != 0) offer(u, m.to);
+          }
+        }
       }
     }
   }
@@ -690,6 +712,11 @@ class KwayPartitioner : public PartitionState {
   std::vector<int32_t> part_of_point_ = std::vector<int32_t>(g_.n_vertices(), -1);
   std::vector<char> in_subset_;
   std::vector<int32_t> data_vertices_;  // of the subset
+  // Per part, its data vertices (SwapData's partners), listed at each RefineRound and appended to
+  // as data vertices move; an entry whose vertex has left the part since is skipped.
+  std::vector<std::vector<int32_t>> data_of_part_ = std::vector<std::vector<int32_t>>(k_);
+  // MoveRow's scratch: the nets a row unit touches, and its pins on each (0 outside the unit).
+  std::vector<int32_t> unit_nets_, unit_pins_ = std::vector<int32_t>(g_.n_nets(), 0);
   // Candidates' scratch: seen_[p] == seen_stamp_ when p is already in the list being built.
   mutable std::vector<uint32_t> seen_ = std::vector<uint32_t>(k_, 0);
   mutable uint32_t seen_stamp_ = 1;

@@ -118,8 +118,11 @@ std::vector<int32_t> SolveWholeRows(const Hypergraph& g,
                                     int64_t* km1) {
   // Annealing steps are kAnnealSteps * n^1.5 for n row vertices: the 64 rows of the reference
   // instance S then take ~2 ms, and the 320 of M at k=8 get ~2x more steps per row, which larger
-  // instances need to settle (half that leaves M ~4% worse on average over seeds).
+  // instances need to settle (half that leaves M ~4% worse on average over seeds). Beyond
+  // kAnnealRowsLinear rows (a 1M-token batch in blocks of 1024) the steps grow linearly, so that
+  // planning time stays near-linear in the batch.
   constexpr double kAnnealSteps = 64;
+  constexpr double kAnnealRowsLinear = 1024;
   const internal::CoarseLevel rows = internal::ContractRows(g, sequence_first_block, subset);
   std::vector<int32_t> row_part =
       PackLargestFirst(rows.graph, rows.subset, k, compute_cap, memory_cap);
@@ -127,7 +130,8 @@ std::vector<int32_t> SolveWholeRows(const Hypergraph& g,
   const double n = static_cast<double>(rows.subset.size());
   *km1 = internal::Anneal(
       rows.graph, rows.subset, k, compute_cap, memory_cap,
-      {.steps = static_cast<int64_t>(kAnnealSteps * n * std::sqrt(n)), .seed = seed},
+      {.steps = static_cast<int64_t>(kAnnealSteps * n * std::sqrt(std::min(n, kAnnealRowsLinear))),
+       .seed = seed},
       &row_part);
   std::vector<int32_t> part(g.n_vertices(), -1);
   for (int32_t v : subset) part[v] = row_part[rows.coarse_of[v]];
@@ -414,14 +418,22 @@ Result<PartitionResult> PartitionHypergraph(const Hypergraph& g, const BlockSet&
       .memory = static_cast<double>(Sum(g.memory_weight, all)) / topology.devices()};
 
   // The flat placement balances every device to eps_compute, tighter than the two-level bound,
-  // so the two-level one is kept only when it really crosses the network less.
-  DCP_ASSIGN_OR_RETURN(std::vector<int32_t> flat, PlaceFlat(g, blocks, topology, avg, options));
-  DCP_ASSIGN_OR_RETURN(PartitionResult result, Evaluate(g, flat, topology, options));
+  // so the two-level one is kept only when it really crosses the network less. Above
+  // kMaxFlatDevices devices only the two-level placement is made: one k-way problem over every
+  // device costs more than the rest of planning (43 of 51 s for 1M tokens on 16x8) and lost to
+  // the two-level placement on 11 of 12 batches at 4x8.
+  constexpr int32_t kMaxFlatDevices = 64;
+  PartitionResult result;
+  const bool flat = topology.nodes == 1 || topology.devices() <= kMaxFlatDevices;
+  if (flat) {
+    DCP_ASSIGN_OR_RETURN(std::vector<int32_t> device, PlaceFlat(g, blocks, topology, avg, options));
+    DCP_ASSIGN_OR_RETURN(result, Evaluate(g, device, topology, options));
+  }
   if (topology.nodes > 1) {
     DCP_ASSIGN_OR_RETURN(std::vector<int32_t> two_level,
                          PlaceTwoLevel(g, blocks, topology, avg, options));
     DCP_ASSIGN_OR_RETURN(PartitionResult hierarchical, Evaluate(g, two_level, topology, options));
-    if (Better(hierarchical, result, topology, options)) result = std::move(hierarchical);
+    if (!flat || Better(hierarchical, result, topology, options)) result = std::move(hierarchical);
   }
   result.partition_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

@@ -8,8 +8,6 @@
 // shortest on the slowest device, trying divisions of equal compute and divisions sized so that
 // each one's data moves while the previous one computes.
 #include <algorithm>
-#include <map>
-#include <set>
 #include <tuple>
 
 #include "dcp/schedule.h"
@@ -56,6 +54,22 @@ class DivisionScheduler {
       if (Owner(cb.q_block) != d || Owner(cb.kv_block) != d) remote_[d].push_back(c);
     }
     for (int32_t d = 0; d < topology.devices(); ++d) OrderRemoteTiles(d);
+    local_seconds_.assign(topology.devices(), 0);
+    for (int32_t c = 0; c < static_cast<int32_t>(blocks.compute_blocks.size()); ++c) {
+      const int32_t d = placement.compute_device[c].value;
+      if (IsLocal(c, d)) local_seconds_[d] += Seconds(c);
+    }
+    for (int32_t d = 0; d < topology.devices(); ++d) {
+      for (int32_t c : remote_[d]) {
+        const ComputeBlock& cb = blocks.compute_blocks[c];
+        for (auto [side, block] :
+             {std::pair{Side::kRow, cb.q_block}, std::pair{Side::kColumn, cb.kv_block}}) {
+          if (Owner(block) == d) continue;
+          uses_.push_back({{block.value, cb.head_group, side}, topology.NodeOf(DeviceId{d}), d, c});
+        }
+      }
+    }
+    std::sort(uses_.begin(), uses_.end());
   }
 
   bool HasRemoteWork() const {
@@ -68,15 +82,10 @@ class DivisionScheduler {
   std::vector<int32_t> AssignHiding(int32_t n) const {
     std::vector<int32_t> division(blocks_.compute_blocks.size(), 0);
     const double inter_per_device = options_.inter_node_bytes_per_s / topology_.devices_per_node;
+    // fetched[PieceIndex(piece)] == d + 1 once device d fetches the piece.
+    std::vector<int32_t> fetched(2 * blocks_.data_blocks.size() * blocks_.head_groups, 0);
     for (int32_t d = 0; d < topology_.devices(); ++d) {
-      double previous = 0;  // compute time of the division before the one being filled
-      for (size_t c = 0; c < blocks_.compute_blocks.size(); ++c) {
-        if (placement_.compute_device[c].value == d && division[c] == 0 &&
-            IsLocal(static_cast<int32_t>(c), d)) {
-          previous += Seconds(static_cast<int32_t>(c));
-        }
-      }
-      std::set<PieceSide> fetched;
+      double previous = local_seconds_[d];  // compute of the division before the one being filled
       int32_t t = 1;
       double moving = 0, computing = 0;
       for (int32_t c : remote_[d]) {
@@ -84,7 +93,9 @@ class DivisionScheduler {
         double extra = 0;
         for (auto [side, block] :
              {std::pair{Side::kRow, cb.q_block}, std::pair{Side::kColumn, cb.kv_block}}) {
-          if (Owner(block) == d || fetched.count({block.value, cb.head_group, side})) continue;
+          if (Owner(block) == d || fetched[PieceIndex({block.value, cb.head_group, side})] == d + 1) {
+            continue;
+          }
           const NetBytes bytes =
               NetBytesOf(blocks_.data_blocks[block.value], blocks_.shape, blocks_.head_groups);
           const bool inter =
@@ -99,7 +110,7 @@ class DivisionScheduler {
         }
         for (auto [side, block] :
              {std::pair{Side::kRow, cb.q_block}, std::pair{Side::kColumn, cb.kv_block}}) {
-          if (Owner(block) != d) fetched.insert({block.value, cb.head_group, side});
+          if (Owner(block) != d) fetched[PieceIndex({block.value, cb.head_group, side})] = d + 1;
         }
         moving += extra;
         computing += Seconds(c);
@@ -130,61 +141,62 @@ class DivisionScheduler {
     return division;
   }
 
-  // First needs of remote pieces, per device, in division order.
+  // First needs of remote pieces: one per (piece, device), ordered by piece, then node, then
+  // device.
   std::vector<Need> Needs(const std::vector<int32_t>& division) const {
     std::vector<Need> needs;
-    for (int32_t d = 0; d < topology_.devices(); ++d) {
-      std::map<PieceSide, int32_t> first;
-      for (int32_t c : remote_[d]) {
-        const ComputeBlock& cb = blocks_.compute_blocks[c];
-        for (auto [side, block] :
-             {std::pair{Side::kRow, cb.q_block}, std::pair{Side::kColumn, cb.kv_block}}) {
-          if (Owner(block) == d) continue;
-          const PieceSide piece{block.value, cb.head_group, side};
-          auto [it, inserted] = first.emplace(piece, division[c]);
-          if (!inserted) it->second = std::min(it->second, division[c]);
-        }
+    for (size_t i = 0; i < uses_.size();) {
+      const Use& first = uses_[i];
+      int32_t t = division[first.tile];
+      for (++i; i < uses_.size() && uses_[i].piece == first.piece && uses_[i].device == first.device;
+           ++i) {
+        t = std::min(t, division[uses_[i].tile]);
       }
-      for (const auto& [piece, t] : first) needs.push_back({piece, d, t});
+      needs.push_back({first.piece, first.device, t});
     }
     return needs;
   }
 
-  // Transfers for the needs: direct inside a node; across nodes once per node to a relay (the
-  // device needing it first), which forwards it to the others.
+  // Transfers for the needs (as Needs orders them): direct inside a node; across nodes once per
+  // node to a relay (the device needing it first), which forwards it to the others.
   std::vector<Transfer> Route(const std::vector<Need>& needs) const {
-    std::map<std::pair<PieceSide, int32_t>, std::vector<const Need*>> by_node;
-    for (const Need& n : needs) {
-      by_node[{n.piece, topology_.NodeOf(DeviceId{n.device})}].push_back(&n);
-    }
     std::vector<Transfer> transfers;
-    for (auto& [key, group] : by_node) {
-      // Named, not a structured binding: `transfer` captures `piece`, which C++20 allows for
-      // bindings but clang accepts only from version 16.
-      const PieceSide& piece = key.first;
-      const int32_t node = key.second;
+    const auto transfer = [&](DeviceId from, const Need& n, int32_t phase) {
+      transfers.push_back(Transfer{.block = DataBlockId{n.piece.block},
+                                   .head_group = n.piece.head_group,
+                                   .side = n.piece.side,
+                                   .source = from,
+                                   .destination = DeviceId{n.device},
+                                   .division = n.division,
+                                   .phase = phase});
+    };
+    for (size_t begin = 0; begin < needs.size();) {
+      const PieceSide& piece = needs[begin].piece;
+      const int32_t node = topology_.NodeOf(DeviceId{needs[begin].device});
+      size_t end = begin + 1;
+      while (end < needs.size() && needs[end].piece == piece &&
+             topology_.NodeOf(DeviceId{needs[end].device}) == node) {
+        ++end;
+      }
       const DeviceId owner{Owner(DataBlockId{piece.block})};
-      const auto transfer = [&](DeviceId from, const Need& n, int32_t phase) {
-        transfers.push_back(Transfer{.block = DataBlockId{piece.block},
-                                     .head_group = piece.head_group,
-                                     .side = piece.side,
-                                     .source = from,
-                                     .destination = DeviceId{n.device},
-                                     .division = n.division,
-                                     .phase = phase});
-      };
       if (topology_.NodeOf(owner) == node) {
-        for (const Need* n : group) transfer(owner, *n, 0);
-        continue;
+        for (size_t i = begin; i < end; ++i) transfer(owner, needs[i], 0);
+      } else {
+        const Need* relay = &needs[begin];
+        for (size_t i = begin + 1; i < end; ++i) {
+          if (std::tie(needs[i].division, needs[i].device) <
+              std::tie(relay->division, relay->device)) {
+            relay = &needs[i];
+          }
+        }
+        transfer(owner, *relay, 0);
+        for (size_t i = begin; i < end; ++i) {
+          if (&needs[i] == relay) continue;
+          transfer(DeviceId{relay->device}, needs[i],
+                   needs[i].division == relay->division ? 1 : 0);
+        }
       }
-      std::sort(group.begin(), group.end(), [](const Need* a, const Need* b) {
-        return std::tie(a->division, a->device) < std::tie(b->division, b->device);
-      });
-      const Need& relay = *group.front();
-      transfer(owner, relay, 0);
-      for (size_t i = 1; i < group.size(); ++i) {
-        transfer(DeviceId{relay.device}, *group[i], group[i]->division == relay.division ? 1 : 0);
-      }
+      begin = end;
     }
     std::sort(transfers.begin(), transfers.end(), [](const Transfer& a, const Transfer& b) {
       return std::tie(a.division, a.phase, a.source, a.destination, a.block, a.head_group, a.side) <
@@ -286,11 +298,25 @@ class DivisionScheduler {
     return blocks_.compute_blocks[c].flops_fwd + blocks_.compute_blocks[c].flops_bwd;
   }
 
+  size_t PieceIndex(const PieceSide& p) const {
+    return (static_cast<size_t>(p.block) * blocks_.head_groups + p.head_group) * 2 +
+           (p.side == Side::kRow ? 0 : 1);
+  }
+
+  // A remote piece a tile reads, on the device computing it.
+  struct Use {
+    PieceSide piece;
+    int32_t node, device, tile;
+    friend auto operator<=>(const Use&, const Use&) = default;
+  };
+
   const BlockSet& blocks_;
   const Placement& placement_;
   const Topology& topology_;
   const ScheduleOptions& options_;
   std::vector<std::vector<int32_t>> remote_;  // per device: its tiles needing remote data
+  std::vector<double> local_seconds_;         // per device: compute of its local tiles
+  std::vector<Use> uses_;  // every remote read, by piece, node, device, tile: Needs' groups
 };
 
 }  // namespace
