@@ -22,12 +22,17 @@ using DeviceId = Id<struct DeviceTag>;
 
 // Devices are numbered node-major: device d is on node d / devices_per_node.
 struct Topology {
+  // The most devices a topology may have: a plan holds two programs per device, and placement,
+  // scheduling and simulation keep tables per device (what a batch needs beyond that is checked
+  // when it is planned).
+  static constexpr int64_t kMaxDevices = 65536;
+
   int32_t nodes = 1;
   int32_t devices_per_node = 1;
 
   int32_t devices() const { return nodes * devices_per_node; }
   int32_t NodeOf(DeviceId d) const { return d.value / devices_per_node; }
-  Status Validate() const;  // 1 <= devices() <= 256
+  Status Validate() const;  // 1 <= devices() <= kMaxDevices
   // "4x8" (nodes x devices per node).
   static Result<Topology> Parse(std::string_view text);
   std::string ToString() const;
@@ -148,6 +153,9 @@ struct PartitionOptions {
   double eps_memory = 0.2;
   uint64_t seed = 0;           // same seed, same placement
   int refinement_rounds = 24;  // label-propagation passes per level; more is slower, rarely better
+  // Threads solving the nodes' second-level problems at once (>= 1). The placement does not
+  // depend on it.
+  int32_t threads = 1;
 
   Status Validate() const;
 };

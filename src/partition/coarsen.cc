@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Contractions of attention hypergraphs: one level of pairs, or whole rows (see coarsen.h).
 #include "partition/coarsen.h"
+#include "partition/subgraph.h"
 
 #include <algorithm>
 #include <tuple>
@@ -79,17 +80,7 @@ void ContractNets(const Hypergraph& g, const std::vector<int32_t>& coarse_of,
     c.net_begin.push_back(static_cast<int32_t>(c.pins.size()));
   }
 
-  // Transpose pins into the vertex -> nets incidence.
-  c.vertex_begin.assign(c.n_vertices() + 1, 0);
-  for (int32_t p : c.pins) c.vertex_begin[p + 1]++;
-  for (int32_t v = 0; v < c.n_vertices(); ++v) c.vertex_begin[v + 1] += c.vertex_begin[v];
-  c.incident.resize(c.pins.size());
-  std::vector<int32_t> fill(c.vertex_begin.begin(), c.vertex_begin.end() - 1);
-  for (int32_t n = 0; n < c.n_nets(); ++n) {
-    for (int32_t i = c.net_begin[n]; i < c.net_begin[n + 1]; ++i) {
-      c.incident[fill[c.pins[i]]++] = n;
-    }
-  }
+  FillIncidence(&c);
 }
 
 }  // namespace
@@ -170,11 +161,19 @@ CoarseLevel Coarsen(const Hypergraph& g, const std::vector<int32_t>& sequence_fi
 }
 
 CoarseLevel ContractRows(const Hypergraph& g, const std::vector<int32_t>& sequence_first_block,
-                         const std::vector<int32_t>& subset) {
+                         const std::vector<int32_t>& subset, int32_t rows_per_vertex) {
   CoarseLevel level;
   level.sequence_first_block = sequence_first_block;
   std::vector<char> in_subset(g.n_vertices(), 0);
   for (int32_t v : subset) in_subset[v] = 1;
+  // The first data block of each block's run of rows_per_vertex consecutive rows.
+  std::vector<int32_t> leader(g.n_data);
+  for (size_t s = 0; s + 1 < sequence_first_block.size(); ++s) {
+    const int32_t first = sequence_first_block[s];
+    for (int32_t b = first; b < sequence_first_block[s + 1]; ++b) {
+      leader[b] = first + (b - first) / rows_per_vertex * rows_per_vertex;
+    }
+  }
 
   // The data block whose row each tile of the subset reads.
   std::vector<int32_t> row_of(g.n_compute, -1);
@@ -185,36 +184,34 @@ CoarseLevel ContractRows(const Hypergraph& g, const std::vector<int32_t>& sequen
       if (t < g.n_compute && in_subset[t]) row_of[t] = g.net_data_block[n];
     }
   }
-  // Tiles of a row whose data lies outside the subset form one coarse compute vertex per row
-  // (they share its row net, so keeping them together saves it), numbered first.
+  // Tiles of rows whose data lies outside the subset form one coarse compute vertex per run
+  // (they share its row nets, so keeping them together saves them), numbered first.
   Hypergraph& c = level.graph;
   level.coarse_of.assign(g.n_vertices(), -1);
   const auto with_its_data = [&](int32_t t) {
     return row_of[t] >= 0 && in_subset[g.n_compute + row_of[t]];
   };
-  std::vector<int32_t> foreign_row(g.n_data, -1);
+  std::vector<int32_t> foreign_run(g.n_data, -1);
   for (int32_t v : subset) {
     if (v >= g.n_compute || with_its_data(v)) continue;
     if (row_of[v] < 0) {  // no row net (not made by BuildHypergraph): a vertex of its own
       level.coarse_of[v] = c.n_compute++;
       continue;
     }
-    int32_t& coarse = foreign_row[row_of[v]];
+    int32_t& coarse = foreign_run[leader[row_of[v]]];
     if (coarse < 0) coarse = c.n_compute++;
     level.coarse_of[v] = coarse;
   }
   c.n_data = g.n_data;
   for (int32_t v : subset) {
     if (v >= g.n_compute) {
-      level.coarse_of[v] = c.n_compute + (v - g.n_compute);
+      level.coarse_of[v] = c.n_compute + leader[v - g.n_compute];
     } else if (with_its_data(v)) {
-      level.coarse_of[v] = c.n_compute + row_of[v];
+      level.coarse_of[v] = c.n_compute + leader[row_of[v]];
     }
   }
   SumWeights(g, subset, &level);
-  std::vector<int32_t> same_block(g.n_data);
-  for (int32_t b = 0; b < g.n_data; ++b) same_block[b] = b;
-  ContractNets(g, level.coarse_of, same_block, &c);
+  ContractNets(g, level.coarse_of, leader, &c);
   return level;
 }
 

@@ -43,11 +43,13 @@ CoarseLevel Coarsen(const Hypergraph& g, const std::vector<int32_t>& sequence_fi
 // exchange (column nets over the rows that read them) and a partition of it keeps every row whole
 // with its data. Row nets weigh several times column nets (Q + O against KV), and the top rows of
 // a long causal sequence are light fillers whose columns the rows below read anyway, so whole
-// rows are a strong model on causal batches. Coarse data vertex n_compute + b stands for fine
-// data block b (empty and outside the coarse subset when b is outside the subset) and carries the
-// compute of its row; the tiles of a row whose data lies outside the subset form one coarse
-// compute vertex per row, numbered first. sequence_first_block is copied.
+// rows are a strong model on causal batches. With rows_per_vertex r > 1, each run of r
+// consecutive rows of a sequence (from its first block) is one vertex, so that large batches
+// give a small row hypergraph. Coarse data vertex n_compute + b stands for the rows from fine
+// data block b when b starts a run (every other coarse data vertex is empty and outside the
+// coarse subset) and carries their compute; the tiles of rows whose data lies outside the subset
+// form one coarse compute vertex per run, numbered first. sequence_first_block is copied.
 CoarseLevel ContractRows(const Hypergraph& g, const std::vector<int32_t>& sequence_first_block,
-                         const std::vector<int32_t>& subset);
+                         const std::vector<int32_t>& subset, int32_t rows_per_vertex = 1);
 
 }  // namespace dcp::internal

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The hypergraph model of a BlockSet (see include/dcp/partition.h).
 #include "dcp/partition.h"
+#include "partition/subgraph.h"
 
 namespace dcp {
 
@@ -62,17 +63,7 @@ Hypergraph BuildHypergraph(const BlockSet& blocks, TrafficModel traffic) {
     }
   }
 
-  // Transpose pins into the vertex -> nets incidence.
-  g.vertex_begin.assign(n + 1, 0);
-  for (int32_t p : g.pins) g.vertex_begin[p + 1]++;
-  for (int32_t v = 0; v < n; ++v) g.vertex_begin[v + 1] += g.vertex_begin[v];
-  g.incident.resize(g.pins.size());
-  std::vector<int32_t> fill(g.vertex_begin.begin(), g.vertex_begin.end() - 1);
-  for (int32_t net = 0; net < g.n_nets(); ++net) {
-    for (int32_t i = g.net_begin[net]; i < g.net_begin[net + 1]; ++i) {
-      g.incident[fill[g.pins[i]]++] = net;
-    }
-  }
+  internal::FillIncidence(&g);
   return g;
 }
 

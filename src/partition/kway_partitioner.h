@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <numeric>
 #include <queue>
 #include <random>
 #include <tuple>
@@ -391,12 +392,22 @@ class KwayPartitioner : public PartitionState {
   }
 
   // One pass of label propagation: single-vertex moves, then whole-row moves of data vertices.
-  // Returns whether anything moved.
+  // Vertices are visited in runs of kVisitRun consecutive ones, the runs in random order: random
+  // enough that no part is favoured, while neighbouring tiles (consecutive in block order) share
+  // the cache lines of their weights, labels and nets. Returns whether anything moved.
   bool RefineRound() {
     for (std::vector<int32_t>& list : data_of_part_) list.clear();
     for (int32_t v : data_vertices_) data_of_part_[part_[v]].push_back(v);
-    std::vector<int32_t> order = subset_;
-    std::shuffle(order.begin(), order.end(), rng_);
+    constexpr size_t kVisitRun = 256;
+    std::vector<size_t> runs((subset_.size() + kVisitRun - 1) / kVisitRun);
+    std::iota(runs.begin(), runs.end(), 0);
+    std::shuffle(runs.begin(), runs.end(), rng_);
+    std::vector<int32_t> order;
+    order.reserve(subset_.size());
+    for (size_t r : runs) {
+      order.insert(order.end(), subset_.begin() + r * kVisitRun,
+                   subset_.begin() + std::min(subset_.size(), (r + 1) * kVisitRun));
+    }
     bool moved = false;
     std::vector<int32_t> candidates;
     for (int32_t v : order) {
@@ -539,6 +550,7 @@ class KwayPartitioner : public PartitionState {
   // Moves data vertex d with the row tiles on its part to the candidate part that lowers km1
   // most, if one fits.
   bool MoveRow(int32_t d, const std::vector<int32_t>& candidates) {
+    if (candidates.size() < 2) return false;  // no part but its own
     const int32_t from = part_[d];
     std::vector<int32_t> unit = {d};
     int64_t compute = 0, memory = g_.memory_weight[d];
@@ -558,21 +570,30 @@ class KwayPartitioner : public PartitionState {
         if (unit_pins_[n]++ == 0) unit_nets_.push_back(n);
       }
     }
+    // delta(to) = arrive - leave - (the weight of the unit's nets already on `to`), summed for
+    // every part at once over the parts each net spans (not nets x candidates).
+    int64_t arrive = 0, leave = 0;
+    for (int32_t n : unit_nets_) {
+      arrive += g_.net_weight[n];
+      if (unit_pins_[n] == pin_count_[Slot(n, from)]) leave += g_.net_weight[n];
+      for (int32_t j = 0; j < n_parts_of_net_[n]; ++j) {
+        row_weight_on_[parts_of_net_[Slot(n, j)]] += g_.net_weight[n];
+      }
+      unit_pins_[n] = 0;
+    }
     int32_t best = -1;
     int64_t best_delta = 0;
     for (int32_t to : candidates) {
       if (to == from || !Fits(to, compute, memory)) continue;
-      int64_t delta = 0;
-      for (int32_t n : unit_nets_) {
-        if (unit_pins_[n] == pin_count_[Slot(n, from)]) delta -= g_.net_weight[n];
-        if (pin_count_[Slot(n, to)] == 0) delta += g_.net_weight[n];
-      }
+      const int64_t delta = arrive - leave - row_weight_on_[to];
       if (delta < best_delta) {
         best = to;
         best_delta = delta;
       }
     }
-    for (int32_t n : unit_nets_) unit_pins_[n] = 0;
+    for (int32_t n : unit_nets_) {
+      for (int32_t j = 0; j < n_parts_of_net_[n]; ++j) row_weight_on_[parts_of_net_[Slot(n, j)]] = 0;
+    }
     if (best < 0) return false;
     for (int32_t v : unit) MoveVertex(v, best);
     return true;
@@ -581,6 +602,13 @@ class KwayPartitioner : public PartitionState {
   // Parts where v's nets already have pins.
   void Candidates(int32_t v, std::vector<int32_t>* out) const {
     out->clear();
+    // Most vertices are interior (every net on one part, v's own): skip the set building.
+    if (part_[v] >= 0 && std::all_of(g_.incident.begin() + g_.vertex_begin[v],
+                                     g_.incident.begin() + g_.vertex_begin[v + 1],
+                                     [&](int32_t n) { return n_parts_of_net_[n] <= 1; })) {
+      out->push_back(part_[v]);
+      return;
+    }
     for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
       const int32_t n = g_.incident[i];
       for (int32_t j = 0; j < n_parts_of_net_[n]; ++j) {
@@ -717,6 +745,7 @@ class KwayPartitioner : public PartitionState {
   std::vector<std::vector<int32_t>> data_of_part_ = std::vector<std::vector<int32_t>>(k_);
   // MoveRow's scratch: the nets a row unit touches, and its pins on each (0 outside the unit).
   std::vector<int32_t> unit_nets_, unit_pins_ = std::vector<int32_t>(g_.n_nets(), 0);
+  std::vector<int64_t> row_weight_on_ = std::vector<int64_t>(k_, 0);  // per part
   // Candidates' scratch: seen_[p] == seen_stamp_ when p is already in the list being built.
   mutable std::vector<uint32_t> seen_ = std::vector<uint32_t>(k_, 0);
   mutable uint32_t seen_stamp_ = 1;

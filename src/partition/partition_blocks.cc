@@ -11,6 +11,8 @@
 #include "partition/annealer.h"
 #include "partition/coarsen.h"
 #include "partition/kway_partitioner.h"
+#include "partition/subgraph.h"
+#include "util/parallel.h"
 #include "partition/zoltan_kway.h"
 
 namespace dcp {
@@ -123,7 +125,15 @@ std::vector<int32_t> SolveWholeRows(const Hypergraph& g,
   // planning time stays near-linear in the batch.
   constexpr double kAnnealSteps = 64;
   constexpr double kAnnealRowsLinear = 1024;
-  const internal::CoarseLevel rows = internal::ContractRows(g, sequence_first_block, subset);
+  // Larger subsets anneal runs of rows instead, at most about kMaxRowVertices of them: a step
+  // costs the degree of its vertex, which grows with the rows, so whole rows of a 4M-token batch
+  // would take seconds to anneal.
+  constexpr int64_t kMaxRowVertices = 1024;
+  const int64_t data = std::count_if(subset.begin(), subset.end(),
+                                     [&](int32_t v) { return v >= g.n_compute; });
+  const internal::CoarseLevel rows = internal::ContractRows(
+      g, sequence_first_block, subset,
+      static_cast<int32_t>(std::max<int64_t>(1, (data + kMaxRowVertices - 1) / kMaxRowVertices)));
   std::vector<int32_t> row_part =
       PackLargestFirst(rows.graph, rows.subset, k, compute_cap, memory_cap);
   if (row_part.empty()) return {};
@@ -304,12 +314,17 @@ Result<PartitionerKind> ParsePartitionerKind(std::string_view text) {
 }
 
 Status PartitionOptions::Validate() const {
+  constexpr int32_t kMaxThreads = 1024;
   for (const auto& [name, eps] :
        {std::pair{"eps_compute", eps_compute}, std::pair{"eps_inter", eps_inter},
         std::pair{"eps_memory", eps_memory}}) {
     if (!(eps >= 0 && eps <= 100)) {
       return Status::InvalidArgument(fmt::format("{}={} is not in [0, 100]", name, eps));
     }
+  }
+  if (threads < 1 || threads > kMaxThreads) {
+    return Status::InvalidArgument(
+        fmt::format("threads={} is not in [1, {}]", threads, kMaxThreads));
   }
   if (refinement_rounds < 0 || refinement_rounds > 1000) {
     return Status::InvalidArgument(
@@ -319,6 +334,11 @@ Status PartitionOptions::Validate() const {
 }
 
 namespace {
+
+// Above this many devices (on more than one node) only the two-level placement is made: one k-way
+// problem over every device costs more than the rest of planning (43 of 51 s for 1M tokens on
+// 16x8) and lost to the two-level placement on 11 of 12 batches at 4x8.
+constexpr int32_t kMaxFlatDevices = 64;
 
 struct Averages {
   double compute = 0, memory = 0;  // per device
@@ -344,20 +364,27 @@ Result<std::vector<int32_t>> PlaceTwoLevel(const Hypergraph& g, const BlockSet& 
       std::vector<int32_t> node,
       SolveLevel(g, blocks, all, topology.nodes, (1 + options.eps_inter) * avg.compute * dpn,
                  node_memory_cap, options.seed, options));
-  // Inside each node, relative to the node's own compute and the global memory average.
+  // Inside each node, relative to the node's own compute and the global memory average: each
+  // node's problem on its own subgraph, the nodes on `options.threads` threads (each has its own
+  // seed, so the placement does not depend on the thread count).
+  std::vector<std::vector<int32_t>> subsets(topology.nodes);
+  for (int32_t v = 0; v < g.n_vertices(); ++v) subsets[node[v]].push_back(v);
   std::vector<int32_t> device(g.n_vertices(), 0);
-  for (int32_t n = 0; n < topology.nodes; ++n) {
-    std::vector<int32_t> subset;
-    for (int32_t v = 0; v < g.n_vertices(); ++v) {
-      if (node[v] == n) subset.push_back(v);
+  std::vector<Status> status(topology.nodes);
+  internal::ParallelFor(topology.nodes, options.threads, [&](int32_t n) {
+    const internal::Subgraph sub = internal::ExtractSubgraph(g, subsets[n]);
+    const double node_compute_avg =
+        static_cast<double>(Sum(sub.graph.compute_weight, sub.subset)) / dpn;
+    Result<std::vector<int32_t>> part =
+        SolveLevel(sub.graph, blocks, sub.subset, dpn, (1 + options.eps_compute) * node_compute_avg,
+                   device_memory_cap, options.seed + 1 + n, options);
+    if (!part.ok()) {
+      status[n] = part.status();
+      return;
     }
-    const double node_compute_avg = static_cast<double>(Sum(g.compute_weight, subset)) / dpn;
-    DCP_ASSIGN_OR_RETURN(
-        std::vector<int32_t> part,
-        SolveLevel(g, blocks, subset, dpn, (1 + options.eps_compute) * node_compute_avg,
-                   device_memory_cap, options.seed + 1 + n, options));
-    for (int32_t v : subset) device[v] = n * dpn + part[v];
-  }
+    for (int32_t v : sub.subset) device[sub.parent_of[v]] = n * dpn + (*part)[v];
+  });
+  for (const Status& s : status) DCP_RETURN_IF_ERROR(s);
   return device;
 }
 
@@ -383,6 +410,27 @@ Result<PartitionResult> Evaluate(const Hypergraph& g, const std::vector<int32_t>
   result.balanced = result.report.memory_imbalance <= 1 + options.eps_memory + kSlack &&
                     result.report.compute_imbalance <= ComputeBound(topology, options) + kSlack;
   return result;
+}
+
+// The k-way engine keeps three 4-byte counters per (net, part) of the widest problem it solves:
+// all devices at once on one node, else the nodes. Refused above a fixed bound (the same on every
+// machine, so every rank of a job refuses alike) rather than failing to allocate.
+Status CheckTableSize(const Hypergraph& g, const Topology& topology) {
+  constexpr int64_t kMaxTableBytes = int64_t{4} << 30;
+  const int64_t parts = std::max<int64_t>(
+      topology.nodes, topology.nodes == 1 || topology.devices() <= kMaxFlatDevices
+                          ? topology.devices()
+                          : topology.devices_per_node);
+  const int64_t bytes = int64_t{12} * g.n_nets() * parts;
+  if (bytes > kMaxTableBytes) {
+    return Status::InvalidArgument(fmt::format(
+        "topology {}: placing {} nets on {} parts at once needs {:.1f} GiB of partitioner tables, "
+        "above the {} GiB limit; use fewer devices per node (the nodes are placed first, then "
+        "each node's devices) or a larger block size",
+        topology.ToString(), g.n_nets(), parts, static_cast<double>(bytes) / (1 << 30),
+        kMaxTableBytes >> 30));
+  }
+  return Status::Ok();
 }
 
 // Less violation of the tolerances first (balanced placements have none), then fewer inter-node
@@ -411,6 +459,7 @@ Result<PartitionResult> PartitionHypergraph(const Hypergraph& g, const BlockSet&
   DCP_RETURN_IF_ERROR(options.Validate());
   DCP_RETURN_IF_ERROR(topology.Validate());
   const auto start = std::chrono::steady_clock::now();
+  DCP_RETURN_IF_ERROR(CheckTableSize(g, topology));
   std::vector<int32_t> all(g.n_vertices());
   std::iota(all.begin(), all.end(), 0);
   const Averages avg{
@@ -418,11 +467,7 @@ Result<PartitionResult> PartitionHypergraph(const Hypergraph& g, const BlockSet&
       .memory = static_cast<double>(Sum(g.memory_weight, all)) / topology.devices()};
 
   // The flat placement balances every device to eps_compute, tighter than the two-level bound,
-  // so the two-level one is kept only when it really crosses the network less. Above
-  // kMaxFlatDevices devices only the two-level placement is made: one k-way problem over every
-  // device costs more than the rest of planning (43 of 51 s for 1M tokens on 16x8) and lost to
-  // the two-level placement on 11 of 12 batches at 4x8.
-  constexpr int32_t kMaxFlatDevices = 64;
+  // so the two-level one is kept only when it really crosses the network less (kMaxFlatDevices).
   PartitionResult result;
   const bool flat = topology.nodes == 1 || topology.devices() <= kMaxFlatDevices;
   if (flat) {

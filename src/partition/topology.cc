@@ -6,11 +6,11 @@
 namespace dcp {
 
 Status Topology::Validate() const {
-  if (nodes < 1 || devices_per_node < 1 || nodes > 256 || devices_per_node > 256 ||
-      nodes * devices_per_node > 256) {
+  if (nodes < 1 || devices_per_node < 1 ||
+      static_cast<int64_t>(nodes) * devices_per_node > kMaxDevices) {
     return Status::InvalidArgument(fmt::format(
-        "topology {}x{} must have at least 1 node, 1 device per node and at most 256 devices",
-        nodes, devices_per_node));
+        "topology {}x{} must have at least 1 node, 1 device per node and at most {} devices",
+        nodes, devices_per_node, kMaxDevices));
   }
   return Status::Ok();
 }

@@ -7,14 +7,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <optional>
-#include <thread>
 #include <tuple>
 #include <utility>
 
 #include "dcp/baselines.h"
+#include "util/parallel.h"
 #include "util/stopwatch.h"
 
 namespace dcp {
@@ -80,7 +79,9 @@ Result<PlannedBatch> PlanOnce(const Batch& batch, const PlanOptions& options) {
   }
   DCP_ASSIGN_OR_RETURN(out.blocks, MakeBlocks(batch, blocking));
   out.ms.blocking = watch.Lap();
-  DCP_ASSIGN_OR_RETURN(out.placed, PartitionBlocks(out.blocks, options.topology, options.partition));
+  PartitionOptions partition = options.partition;
+  partition.threads = options.threads;
+  DCP_ASSIGN_OR_RETURN(out.placed, PartitionBlocks(out.blocks, options.topology, partition));
   out.ms.placement = watch.Lap();
   DCP_RETURN_IF_ERROR(ScheduleAndCompile(batch, options, options.divisions, &out));
   return out;
@@ -227,6 +228,12 @@ std::vector<Candidate> CandidatesOf(const Batch& batch, const PlanOptions& optio
       }
     }
   }
+  // Several candidates are planned on the threads at once, each on one.
+  if (candidates.size() > 1) {
+    for (Candidate& c : candidates) {
+      if (c.own) c.own->threads = 1;
+    }
+  }
   return candidates;
 }
 
@@ -338,18 +345,9 @@ std::optional<size_t> Choose(const std::vector<Tried>& tried, const TuningOption
 Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
                           const std::vector<Candidate>& candidates) {
   std::vector<Tried> tried(candidates.size());
-  std::atomic<size_t> next{0};
-  const auto work = [&] {
-    for (size_t i = next++; i < candidates.size(); i = next++) {
-      tried[i] = Try(batch, candidates[i], options);
-    }
-  };
   Stopwatch watch;
-  const size_t threads = std::min(static_cast<size_t>(options.threads), candidates.size());
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
+  internal::ParallelFor(static_cast<int32_t>(candidates.size()), options.threads,
+                        [&](int32_t i) { tried[i] = Try(batch, candidates[i], options); });
   const double tuning_ms = watch.Lap();
 
   const std::optional<size_t> best = Choose(tried, options.tuning, /*own_only=*/false);

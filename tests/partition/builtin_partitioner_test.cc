@@ -7,6 +7,7 @@
 #include "dcp/partition.h"
 #include "partition/annealer.h"
 #include "partition/coarsen.h"
+#include "partition/subgraph.h"
 
 namespace dcp {
 namespace {
@@ -334,21 +335,23 @@ namespace dcp {
 namespace {
 
 
-// Every row of a data block of the subset (its tiles of the subset) is one coarse vertex with the
-// data, weights sum, and a projected partition moves exactly what the row hypergraph prices.
-TEST(ContractRows, KeepsEachRowWithItsDataAndPricesProjectedPartitionsExactly) {
-  for (uint64_t seed = 0; seed < 12; ++seed) {
+// Every run of rows_per_vertex rows of a sequence (the data blocks of the subset and the tiles of
+// the subset that read their queries) is one coarse vertex, weights sum, and a projected partition
+// moves exactly what the row hypergraph prices.
+TEST(ContractRows, KeepsEachRunOfRowsWithItsDataAndPricesProjectedPartitionsExactly) {
+  for (uint64_t seed = 0; seed < 18; ++seed) {
     SCOPED_TRACE(seed);
     std::mt19937_64 rng(seed);
     const std::vector<int64_t> lengths = RandomLengths(rng, {1, 5}, {1, 9000});
     const BlockSet set = Blocks(lengths, seed % 2 ? "causal" : "lambda:sink=16,window=700", 512);
     const Hypergraph g = BuildHypergraph(set);
+    const auto rows_per_vertex = static_cast<int32_t>(1 + seed % 3);
     std::vector<int32_t> subset;  // every other seed: a random half of the vertices
     for (int32_t v = 0; v < g.n_vertices(); ++v) {
       if (seed % 3 == 0 || rng() % 2) subset.push_back(v);
     }
     const internal::CoarseLevel rows =
-        internal::ContractRows(g, set.sequence_first_block, subset);
+        internal::ContractRows(g, set.sequence_first_block, subset, rows_per_vertex);
     const Hypergraph& c = rows.graph;
     std::vector<char> in(g.n_vertices(), 0);
     for (int32_t v : subset) in[v] = 1;
@@ -361,17 +364,33 @@ TEST(ContractRows, KeepsEachRowWithItsDataAndPricesProjectedPartitionsExactly) {
     }
     EXPECT_EQ(compute, c.compute_weight);
     EXPECT_EQ(memory, c.memory_weight);
-    for (int32_t b = 0; b < g.n_data; ++b) {
-      if (in[g.n_compute + b]) {
-        EXPECT_EQ(rows.coarse_of[g.n_compute + b], c.n_compute + b);
+    // The first data block of block b's run, counted from its sequence's first block.
+    std::vector<int32_t> run_start(g.n_data);
+    for (size_t q = 0; q + 1 < set.sequence_first_block.size(); ++q) {
+      for (int32_t b = set.sequence_first_block[q]; b < set.sequence_first_block[q + 1]; ++b) {
+        run_start[b] = b - (b - set.sequence_first_block[q]) % rows_per_vertex;
       }
     }
-    // A tile of the subset whose row's data is in the subset joins that data block.
+    for (int32_t b = 0; b < g.n_data; ++b) {
+      if (in[g.n_compute + b]) {
+        EXPECT_EQ(rows.coarse_of[g.n_compute + b], c.n_compute + run_start[b]);
+      }
+    }
+    // A tile of the subset whose row's data is in the subset joins that data block's run; tiles
+    // of rows whose data is outside join one compute vertex per run.
+    std::vector<int32_t> foreign(g.n_data, -1);
     for (int32_t n = 0; n < g.n_nets(); ++n) {
-      if (g.net_kind[n] != NetKind::kRow || !in[g.n_compute + g.net_data_block[n]]) continue;
+      if (g.net_kind[n] != NetKind::kRow) continue;
+      const int32_t b = g.net_data_block[n];
       for (int32_t i = g.net_begin[n]; i < g.net_begin[n + 1]; ++i) {
-        if (in[g.pins[i]]) {
-          EXPECT_EQ(rows.coarse_of[g.pins[i]], c.n_compute + g.net_data_block[n]);
+        const int32_t t = g.pins[i];
+        if (!in[t] || t >= g.n_compute) continue;
+        if (in[g.n_compute + b]) {
+          EXPECT_EQ(rows.coarse_of[t], c.n_compute + run_start[b]);
+        } else {
+          EXPECT_LT(rows.coarse_of[t], c.n_compute);
+          if (foreign[run_start[b]] < 0) foreign[run_start[b]] = rows.coarse_of[t];
+          EXPECT_EQ(rows.coarse_of[t], foreign[run_start[b]]);
         }
       }
     }
@@ -380,6 +399,63 @@ TEST(ContractRows, KeepsEachRowWithItsDataAndPricesProjectedPartitionsExactly) {
     std::vector<int32_t> fine_part(g.n_vertices(), -1);
     for (int32_t v : subset) fine_part[v] = coarse_part[rows.coarse_of[v]];
     EXPECT_EQ(Km1(g, fine_part), Km1(c, coarse_part));
+  }
+}
+
+// The subgraph of a random subset has the subset's weights and, net by net, the subset's pins in
+// the parent's order, so any partition of it costs what it costs on the parent.
+TEST(ExtractSubgraph, KeepsTheSubsetsPinsAndPricesPartitionsAsTheParent) {
+  for (uint64_t seed = 0; seed < 12; ++seed) {
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    const BlockSet set = Blocks(RandomLengths(rng, {1, 5}, {1, 9000}),
+                                seed % 2 ? "causal" : "lambda:sink=16,window=700", 512);
+    const Hypergraph g = BuildHypergraph(set);
+    std::vector<int32_t> subset;
+    for (int32_t v = 0; v < g.n_vertices(); ++v) {
+      if (rng() % 3) subset.push_back(v);
+    }
+    std::shuffle(subset.begin(), subset.end(), rng);  // any order
+    const internal::Subgraph sub = internal::ExtractSubgraph(g, subset);
+    const Hypergraph& s = sub.graph;
+    std::vector<char> in(g.n_vertices(), 0);
+    for (int32_t v : subset) in[v] = 1;
+    ASSERT_EQ(s.n_data, g.n_data);
+    ASSERT_EQ(s.n_nets(), g.n_nets());
+    ASSERT_EQ(sub.subset.size(), subset.size());
+    for (int32_t v : sub.subset) {
+      const int32_t p = sub.parent_of[v];
+      EXPECT_TRUE(in[p]);
+      EXPECT_EQ(v < s.n_compute, p < g.n_compute);
+      EXPECT_EQ(s.compute_weight[v], g.compute_weight[p]);
+      EXPECT_EQ(s.memory_weight[v], g.memory_weight[p]);
+    }
+    EXPECT_TRUE(std::is_sorted(sub.subset.begin(), sub.subset.end()));
+    for (int32_t n = 0; n < g.n_nets(); ++n) {
+      std::vector<int32_t> expected, got;
+      for (int32_t i = g.net_begin[n]; i < g.net_begin[n + 1]; ++i) {
+        if (in[g.pins[i]]) expected.push_back(g.pins[i]);
+      }
+      for (int32_t i = s.net_begin[n]; i < s.net_begin[n + 1]; ++i) {
+        got.push_back(sub.parent_of[s.pins[i]]);
+      }
+      EXPECT_EQ(got, expected) << "net " << n;
+      EXPECT_EQ(s.net_weight[n], g.net_weight[n]);
+    }
+    for (int32_t v = 0; v < s.n_vertices(); ++v) {  // the incidence is the pins' transpose
+      for (int32_t i = s.vertex_begin[v]; i < s.vertex_begin[v + 1]; ++i) {
+        const int32_t n = s.incident[i];
+        EXPECT_NE(std::find(s.pins.begin() + s.net_begin[n], s.pins.begin() + s.net_begin[n + 1],
+                            v),
+                  s.pins.begin() + s.net_begin[n + 1]);
+      }
+    }
+    std::vector<int32_t> sub_part(s.n_vertices(), -1), parent_part(g.n_vertices(), -1);
+    for (int32_t v : sub.subset) {
+      sub_part[v] = static_cast<int32_t>(rng() % 5);
+      parent_part[sub.parent_of[v]] = sub_part[v];
+    }
+    EXPECT_EQ(Km1(s, sub_part), Km1(g, parent_part));
   }
 }
 
@@ -477,6 +553,38 @@ TEST(PartitionBlocks, MeetsBothCapsDeterministicallyOnLongAndShortSequences) {
     EXPECT_EQ(a->placement.data_device, b->placement.data_device);
     EXPECT_EQ(a->placement.compute_device, b->placement.compute_device);
   }
+}
+
+// The nodes' second-level problems are solved on any number of threads with the same result.
+TEST(PartitionBlocks, PlacesAlikeOnAnyThreadCount) {
+  for (uint64_t seed = 0; seed < 6; ++seed) {
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    const BlockSet set =
+        Blocks(RandomLengths(rng, {2, 6}, {1, 40}, 1024), seed % 2 ? "causal" : "full", 512);
+    const Topology topology{.nodes = 2 + static_cast<int32_t>(rng() % 5), .devices_per_node = 4};
+    PartitionOptions options{.seed = seed};
+    auto one = PartitionBlocks(set, topology, options);
+    options.threads = 3;
+    auto three = PartitionBlocks(set, topology, options);
+    ASSERT_TRUE(one.ok() && three.ok());
+    EXPECT_EQ(one->placement.data_device, three->placement.data_device);
+    EXPECT_EQ(one->placement.compute_device, three->placement.compute_device);
+  }
+}
+
+// A topology whose widest problem needs more partitioner tables than the bound allows is refused
+// with the reason, before anything is allocated for it.
+TEST(PartitionBlocks, RefusesATopologyWhoseTablesWouldNotFit) {
+  // 4096 blocks of 256 tokens: 8192 nets; 65536 parts at once need 6 GiB of tables.
+  const BlockSet set = Blocks({1 << 20}, "lambda:sink=16,window=256", 256);
+  const Topology one_node{.nodes = 1, .devices_per_node = 65536};
+  auto r = PartitionBlocks(set, one_node, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("topology 1x65536: placing 8192 nets on 65536 parts"),
+            std::string::npos)
+      << r.status().ToString();
 }
 
 }  // namespace

@@ -147,7 +147,10 @@ TEST(Topology, ParsesAndRejects) {
   EXPECT_EQ(t->devices(), 32);
   EXPECT_EQ(t->NodeOf(DeviceId{9}), 1);
   EXPECT_EQ(t->ToString(), "4x8");
-  for (const char* bad : {"4", "x8", "4x", "0x8", "4x0", "16x32", "4x8x2", "-1x4"}) {
+  EXPECT_TRUE(Topology::Parse("128x8").ok());  // 1024 devices
+  EXPECT_TRUE(Topology::Parse("1x65536").ok());
+  for (const char* bad : {"4", "x8", "4x", "0x8", "4x0", "256x257", "65537x1", "99999x99999",
+                          "4x8x2", "-1x4"}) {
     SCOPED_TRACE(bad);
     auto r = Topology::Parse(bad);
     EXPECT_FALSE(r.ok());

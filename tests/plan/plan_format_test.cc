@@ -680,16 +680,16 @@ TEST(PlanDecode, EveryFieldCheckNamesTheValueAndWhereItIs) {
     std::string message;
   } cases[] = {
       {[](Plan& p) { p.topology.nodes = 0; },
-       "plan: topology: topology 0x2 must have at least 1 node, 1 device per node and at most 256 "
+       "plan: topology: topology 0x2 must have at least 1 node, 1 device per node and at most 65536 "
        "devices"},
       {[](Plan& p) {
-         p.topology = {300, 1};
+         p.topology = {70000, 1};
        },
-       "plan: topology: topology 300x1 must have"},
+       "plan: topology: topology 70000x1 must have"},
       {[](Plan& p) {
-         p.topology = {16, 17};
+         p.topology = {256, 257};
        },
-       "plan: topology: topology 16x17 must have"},
+       "plan: topology: topology 256x257 must have"},
       {[](Plan& p) { p.shape.kv_heads = 3; }, "plan: shape: kv_heads=3 must be in [1, heads]"},
       {[](Plan& p) { p.block_size = 0; }, "plan: block_size 0 is not in [1, 1073741824]"},
       {[](Plan& p) { p.head_groups = 3; }, "plan: head_groups 3 does not divide kv_heads 2"},
