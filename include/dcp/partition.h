@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dcp/blocks.h"
+#include "dcp/planning_monitor.h"
 #include "dcp/status.h"
 
 namespace dcp {
@@ -156,6 +157,10 @@ struct PartitionOptions {
   // Threads solving the nodes' second-level problems at once (>= 1). The placement does not
   // depend on it.
   int32_t threads = 1;
+  // Cancellation (kCancelled) and, with report_progress, progress ("placement": nodes placed of
+  // all); not owned.
+  const PlanningMonitor* monitor = nullptr;
+  bool report_progress = true;
 
   Status Validate() const;
 };

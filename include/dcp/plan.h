@@ -208,8 +208,10 @@ struct Plan {
 // dO); remote tiles get Q, dO, LSE and Delta for their rows and KV for their columns; partial dQ
 // and dKV are accumulated in fp32, sent to their owners and summed. REQUIRES: `blocks` were made
 // from `batch`, placement and schedule from `blocks` (checked: InvalidArgument otherwise).
+// Devices are compiled on `threads` threads; the plan does not depend on it.
 Result<Plan> CompilePlan(const Batch& batch, const BlockSet& blocks, const Placement& placement,
-                         const Schedule& schedule, const Topology& topology);
+                         const Schedule& schedule, const Topology& topology,
+                         int32_t threads = 1);
 
 // Serialization (docs/plan_format.md): little-endian, magic "DCPPLAN\0", format version, payload
 // length and a checksum of the payload. Encoding cannot fail.

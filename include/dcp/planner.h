@@ -7,7 +7,8 @@
 // (Batch::Create): blocks, FLOPs and bytes are derived from it, so it is not repeated here.
 //
 // Thread safety: PlanBatch is a pure function of its arguments; concurrent calls are safe. The
-// same batch and options give the same plan, whatever the machine's load and `threads`.
+// same batch and options give the same plan, whatever the machine's load and `threads`. A long
+// planning can be watched and stopped through PlanOptions::monitor.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,7 @@
 #include "dcp/blocks.h"
 #include "dcp/partition.h"
 #include "dcp/plan.h"
+#include "dcp/planning_monitor.h"
 #include "dcp/sim.h"
 #include "dcp/status.h"
 
@@ -101,6 +103,10 @@ struct PlanOptions {
   TuningOptions tuning = {};
   // Threads planning candidates at once (>= 1). The result does not depend on it.
   int32_t threads = 1;
+
+  // --- Watching: progress reports and cancellation (kCancelled), or none; not owned, and must
+  // outlive the call.
+  const PlanningMonitor* monitor = nullptr;
 
   // --- Memory. When > 0, every device's peak buffer bytes (the larger of its forward and backward
   // programs) must stay within it: candidates above it are skipped, and when none fits planning

@@ -25,6 +25,7 @@ enum class StatusCode {
   kUnsupported,      // valid request this build or backend cannot serve
   kCommFailure,      // a peer failed or went away
   kTimeout,          // a deadline passed
+  kCancelled,        // the caller asked to stop (PlanningMonitor::Cancel)
   kInternal,         // an error inside dcp that is not the caller's fault
 };
 
@@ -50,6 +51,9 @@ class [[nodiscard]] Status {
     return {StatusCode::kCommFailure, std::move(message)};
   }
   static Status Timeout(std::string message) { return {StatusCode::kTimeout, std::move(message)}; }
+  static Status Cancelled(std::string message) {
+    return {StatusCode::kCancelled, std::move(message)};
+  }
   static Status Internal(std::string message) {
     return {StatusCode::kInternal, std::move(message)};
   }

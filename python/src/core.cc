@@ -18,6 +18,7 @@ void Raise(const Status& status) {
       throw pybind11::value_error(status.message());
     case StatusCode::kCommFailure:
     case StatusCode::kTimeout:
+    case StatusCode::kCancelled:
     case StatusCode::kInternal:
       throw std::runtime_error(status.message());
     case StatusCode::kOk:

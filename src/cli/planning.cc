@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cli/planning.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <filesystem>
 #include <thread>
 
@@ -17,8 +21,9 @@ void AddPlannerOptions(CLI::App& app, PlannerArgs& args) {
                  "(docs/simulator.md)")
       ->capture_default_str();
   app.add_option("--threads", args.threads,
-                 "Threads planning candidates at once (0: one per core); the plan does not "
-                 "depend on it")
+                 "Planner threads (0: one per core): the tuning's candidates at once, or, with "
+                 "every value pinned, the nodes' placements and the devices' programs; the plan "
+                 "does not depend on it")
       ->capture_default_str();
   app.add_option("--max-candidates", args.max_candidates,
                  "At most this many of dcp's own candidates (block sizes x tolerances) are "
@@ -126,6 +131,50 @@ Result<PlanOptions> PlanOptionsFromArgs(const BatchArgs& batch_args, const Place
   return options;
 }
 
+namespace {
+
+// The planner's progress as one line on a terminal's stderr, rewritten in place at most every
+// 0.2 s and only once planning has taken a second; the line is cleared at the end.
+class ProgressLine {
+ public:
+  explicit ProgressLine(bool enabled)
+      : monitor_([this](std::string_view phase, int64_t done, int64_t total) {
+          Show(phase, done, total);
+        }),
+        enabled_(enabled && ::isatty(STDERR_FILENO) != 0) {}
+  ~ProgressLine() {
+    if (shown_) std::fprintf(stderr, "\r%*s\r", static_cast<int>(width_), "");
+  }
+  const PlanningMonitor* monitor() const { return enabled_ ? &monitor_ : nullptr; }
+
+ private:
+  void Show(std::string_view phase, int64_t done, int64_t total) {
+    const double seconds = clock_.Seconds();
+    if (seconds < 1 || seconds - last_ < 0.2) return;
+    last_ = seconds;
+    const std::string line =
+        total > 1 ? fmt::format("dcp: planning: {} {}/{} ({:.1f} s)", phase, done, total, seconds)
+                  : fmt::format("dcp: planning: {} ({:.1f} s)", phase, seconds);
+    width_ = std::max(width_, line.size());
+    std::fprintf(stderr, "\r%-*s", static_cast<int>(width_), line.c_str());
+    std::fflush(stderr);
+    shown_ = true;
+  }
+
+  struct Clock {
+    internal::Stopwatch watch;
+    double Seconds() { return (elapsed_ms += watch.Lap()) / 1e3; }
+    double elapsed_ms = 0;
+  } clock_;
+  PlanningMonitor monitor_;
+  bool enabled_;
+  bool shown_ = false;
+  double last_ = 0;
+  size_t width_ = 0;
+};
+
+}  // namespace
+
 Result<PlannedFromArgs> PlanFromArgs(const BatchArgs& batch_args, const PlacementArgs& placement,
                                      const PlannerArgs& planner) {
   int64_t empty_sequences = 0;
@@ -135,6 +184,8 @@ Result<PlannedFromArgs> PlanFromArgs(const BatchArgs& batch_args, const Placemen
     DCP_ASSIGN_OR_RETURN(options.placement,
                          ReadPlacement(planner.read_partition, batch, options));
   }
+  const ProgressLine progress(planner.progress);
+  options.monitor = progress.monitor();
   DCP_ASSIGN_OR_RETURN(PlannedBatch planned, PlanBatch(batch, options));
   return PlannedFromArgs{
       .batch = std::move(batch), .planned = std::move(planned), .empty_sequences = empty_sequences};

@@ -27,6 +27,9 @@ struct PlannerArgs {
   bool dcp_only = false;           // no static layouts among the candidates
   int64_t memory_budget = 0;       // bytes of buffers per device; 0: none
   std::string read_partition;      // a placement file to plan as given; empty: dcp places
+  // A progress line on stderr while planning, once it has taken a second, when stderr is a
+  // terminal; commands turn it off for --json.
+  bool progress = true;
 };
 
 void AddPlannerOptions(CLI::App& app, PlannerArgs& args);

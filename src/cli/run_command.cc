@@ -222,7 +222,11 @@ struct RunTimes {  // milliseconds
 Result<PlannedFromArgs> PlanForRun(const BatchArgs& batch_args, const RunArgs& args) {
   Result<Strategy> strategy = ParseStrategy(args.strategy);
   if (!strategy.ok()) return strategy.status().WithContext("--strategy");
-  if (*strategy == Strategy::kDcp) return PlanFromArgs(batch_args, args.placement, args.planner);
+  if (*strategy == Strategy::kDcp) {
+    PlannerArgs planner = args.planner;
+    planner.progress = !args.json;
+    return PlanFromArgs(batch_args, args.placement, planner);
+  }
   DCP_RETURN_IF_ERROR(CheckPartitionWithStrategy(args.planner, *strategy));
   DCP_ASSIGN_OR_RETURN(const Topology topology, BuildTopology(batch_args, args.placement));
   int64_t empty_sequences = 0;

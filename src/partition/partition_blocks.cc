@@ -2,6 +2,7 @@
 // The placement driver: across nodes first, then inside each node, with a k-way solver per level
 // (the builtin engine, or Zoltan PHG followed by the builtin engine's repair and refinement).
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <numeric>
@@ -165,7 +166,10 @@ std::vector<int32_t> SolveWholeRows(const Hypergraph& g,
 std::vector<int32_t> SolveBuiltin(const Hypergraph& g,
                                   const std::vector<int32_t>& sequence_first_block,
                                   const std::vector<int32_t>& subset, int32_t k, double compute_cap,
-                                  double memory_cap, uint64_t seed, int rounds) {
+                                  double memory_cap, uint64_t seed, int rounds,
+                                  const PlanningMonitor* monitor) {
+  // On cancellation the solve stops between starts and levels; SolveLevel then returns kCancelled.
+  const auto cancelled = [monitor] { return monitor != nullptr && monitor->cancelled(); };
   using Engine = internal::KwayPartitioner;
   using Kind = Engine::Start::Kind;
   constexpr int64_t kMinDataPerPart = 4;
@@ -226,6 +230,7 @@ std::vector<int32_t> SolveBuiltin(const Hypergraph& g,
                                   {Kind::kGreedy}};
   const int64_t top_base = internal::TouchedNetWeight(graph_at(top), subset_at(top));
   for (const Engine::Start& start : starts) {
+    if (cancelled()) return {};
     // Whole rows within the caps that beat the first start (coarse km1 is what its projection
     // moves on causal masks, at most that on others) beat the row-like starts after it too.
     if (!best.empty() && !rows.empty() && within() && rows_km1 <= best_score.second - top_base) {
@@ -245,6 +250,7 @@ std::vector<int32_t> SolveBuiltin(const Hypergraph& g,
   }
   // Project and refine, level by level.
   for (size_t level = top; level > 0; --level) {
+    if (cancelled()) return {};
     const internal::CoarseLevel& coarse = levels[level - 1];
     std::vector<int32_t> fine(graph_at(level - 1).n_vertices(), -1);
     for (int32_t v : subset_at(level - 1)) fine[v] = best[coarse.coarse_of[v]];
@@ -279,9 +285,13 @@ Result<std::vector<int32_t>> SolveLevel(const Hypergraph& g, const BlockSet& blo
                                         const PartitionOptions& options) {
   using Engine = internal::KwayPartitioner;
   switch (options.partitioner) {
-    case PartitionerKind::kBuiltin:
-      return SolveBuiltin(g, blocks.sequence_first_block, subset, k, compute_cap, memory_cap, seed,
-                          options.refinement_rounds);
+    case PartitionerKind::kBuiltin: {
+      std::vector<int32_t> part = SolveBuiltin(g, blocks.sequence_first_block, subset, k,
+                                               compute_cap, memory_cap, seed,
+                                               options.refinement_rounds, options.monitor);
+      DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
+      return part;
+    }
     case PartitionerKind::kZoltan: {
       DCP_ASSIGN_OR_RETURN(std::vector<int32_t> initial,
                            internal::ZoltanKway(g, subset, k, compute_cap, memory_cap, seed));
@@ -371,7 +381,14 @@ Result<std::vector<int32_t>> PlaceTwoLevel(const Hypergraph& g, const BlockSet& 
   for (int32_t v = 0; v < g.n_vertices(); ++v) subsets[node[v]].push_back(v);
   std::vector<int32_t> device(g.n_vertices(), 0);
   std::vector<Status> status(topology.nodes);
+  std::atomic<int32_t> placed{0};
+  const PlanningMonitor* reports = options.report_progress ? options.monitor : nullptr;
+  ReportProgress(reports, "placement", 0, topology.nodes);
   internal::ParallelFor(topology.nodes, options.threads, [&](int32_t n) {
+    if (Status s = CheckCancelled(options.monitor); !s.ok()) {
+      status[n] = s;
+      return;
+    }
     const internal::Subgraph sub = internal::ExtractSubgraph(g, subsets[n]);
     const double node_compute_avg =
         static_cast<double>(Sum(sub.graph.compute_weight, sub.subset)) / dpn;
@@ -383,6 +400,7 @@ Result<std::vector<int32_t>> PlaceTwoLevel(const Hypergraph& g, const BlockSet& 
       return;
     }
     for (int32_t v : sub.subset) device[sub.parent_of[v]] = n * dpn + (*part)[v];
+    ReportProgress(reports, "placement", ++placed, topology.nodes);
   });
   for (const Status& s : status) DCP_RETURN_IF_ERROR(s);
   return device;

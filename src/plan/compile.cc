@@ -34,6 +34,7 @@
 
 #include "dcp/plan.h"
 #include "plan/program_builder.h"
+#include "util/parallel.h"
 
 namespace dcp {
 namespace {
@@ -644,7 +645,7 @@ Program Compiler::Build(DeviceId device, Pass pass) const {
 }  // namespace
 
 Result<Plan> CompilePlan(const Batch& batch, const BlockSet& blocks, const Placement& placement,
-                         const Schedule& schedule, const Topology& topology) {
+                         const Schedule& schedule, const Topology& topology, int32_t threads) {
   DCP_RETURN_IF_ERROR(topology.Validate());
   if (placement.data_device.size() != blocks.data_blocks.size() ||
       placement.compute_device.size() != blocks.compute_blocks.size() ||
@@ -666,10 +667,12 @@ Result<Plan> CompilePlan(const Batch& batch, const BlockSet& blocks, const Place
     plan.compute_blocks.push_back({c.q_block, c.kv_block, c.head_group, c.area});
   }
   const Compiler compiler(batch, blocks, placement, schedule, topology);
-  for (int32_t d = 0; d < topology.devices(); ++d) {
-    plan.forward.push_back(compiler.Build(DeviceId{d}, Pass::kForward));
-    plan.backward.push_back(compiler.Build(DeviceId{d}, Pass::kBackward));
-  }
+  plan.forward.resize(topology.devices());
+  plan.backward.resize(topology.devices());
+  internal::ParallelFor(topology.devices(), threads, [&](int32_t d) {
+    plan.forward[d] = compiler.Build(DeviceId{d}, Pass::kForward);
+    plan.backward[d] = compiler.Build(DeviceId{d}, Pass::kBackward);
+  });
   return plan;
 }
 

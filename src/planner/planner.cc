@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <optional>
 #include <tuple>
@@ -62,12 +63,17 @@ Status CheckMemoryBudget(const Plan& plan, int64_t budget) {
 }
 
 Status ScheduleAndCompile(const Batch& batch, const PlanOptions& options, int32_t divisions,
-                          PlannedBatch* out);
+                          PlannedBatch* out, const PlanningMonitor* reports = nullptr);
 
-// One pass of the pipeline with block size (or its heuristic) and tolerances pinned.
-Result<PlannedBatch> PlanOnce(const Batch& batch, const PlanOptions& options) {
+// One pass of the pipeline with block size (or its heuristic) and tolerances pinned. Its phases
+// are reported to options.monitor when it is the whole planning (not one of several candidates).
+Result<PlannedBatch> PlanOnce(const Batch& batch, const PlanOptions& options,
+                              bool report_phases = false) {
+  const PlanningMonitor* reports = report_phases ? options.monitor : nullptr;
   PlannedBatch out;
   Stopwatch watch;
+  DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
+  ReportProgress(reports, "blocking", 0, 1);
   BlockingOptions blocking{.block_size = options.block_size, .head_groups = options.head_groups};
   if (blocking.block_size == 0) {
     DCP_ASSIGN_OR_RETURN(
@@ -79,11 +85,15 @@ Result<PlannedBatch> PlanOnce(const Batch& batch, const PlanOptions& options) {
   }
   DCP_ASSIGN_OR_RETURN(out.blocks, MakeBlocks(batch, blocking));
   out.ms.blocking = watch.Lap();
+  DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
   PartitionOptions partition = options.partition;
   partition.threads = options.threads;
+  partition.monitor = options.monitor;
+  partition.report_progress = report_phases;
+  ReportProgress(reports, "placement", 0, 1);
   DCP_ASSIGN_OR_RETURN(out.placed, PartitionBlocks(out.blocks, options.topology, partition));
   out.ms.placement = watch.Lap();
-  DCP_RETURN_IF_ERROR(ScheduleAndCompile(batch, options, options.divisions, &out));
+  DCP_RETURN_IF_ERROR(ScheduleAndCompile(batch, options, options.divisions, &out, reports));
   return out;
 }
 
@@ -118,7 +128,9 @@ Result<PlannedBatch> PlanGiven(const Batch& batch, const PlanOptions& options) {
 
 // Schedules and compiles `out`'s placement with `divisions` (0: options.division_choice picks).
 Status ScheduleAndCompile(const Batch& batch, const PlanOptions& options, int32_t divisions,
-                          PlannedBatch* out) {
+                          PlannedBatch* out, const PlanningMonitor* reports) {
+  DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
+  ReportProgress(reports, "scheduling", 0, 1);
   Stopwatch watch;
   ScheduleOptions scheduler = SchedulerOptionsFor(options);
   scheduler.divisions = divisions;
@@ -129,9 +141,13 @@ Status ScheduleAndCompile(const Batch& batch, const PlanOptions& options, int32_
                                  scheduler, CostCluster(options))
           : ScheduleDivisions(out->blocks, out->placed.placement, options.topology, scheduler));
   out->ms.scheduling += watch.Lap();
+  DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
+  ReportProgress(reports, "compile", 0, 1);
   DCP_ASSIGN_OR_RETURN(out->plan, CompilePlan(batch, out->blocks, out->placed.placement,
-                                              schedule, options.topology));
+                                              schedule, options.topology, options.threads));
   out->ms.compile += watch.Lap();
+  DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
+  ReportProgress(reports, "compile", 1, 1);
   out->plan.origin = fmt::format("dcp {}:{}/{}:{}", out->blocks.block_size,
                                  options.partition.eps_compute, options.partition.eps_inter,
                                  out->plan.n_divisions);
@@ -346,8 +362,14 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
                           const std::vector<Candidate>& candidates) {
   std::vector<Tried> tried(candidates.size());
   Stopwatch watch;
-  internal::ParallelFor(static_cast<int32_t>(candidates.size()), options.threads,
-                        [&](int32_t i) { tried[i] = Try(batch, candidates[i], options); });
+  const auto total = static_cast<int32_t>(candidates.size());
+  std::atomic<int32_t> done{0};
+  ReportProgress(options.monitor, "candidates", 0, total);
+  internal::ParallelFor(total, options.threads, [&](int32_t i) {
+    if (CheckCancelled(options.monitor).ok()) tried[i] = Try(batch, candidates[i], options);
+    ReportProgress(options.monitor, "candidates", ++done, total);
+  });
+  DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
   const double tuning_ms = watch.Lap();
 
   const std::optional<size_t> best = Choose(tried, options.tuning, /*own_only=*/false);
@@ -452,7 +474,8 @@ Result<PlannedBatch> PlanBatch(const Batch& batch, const PlanOptions& options) {
   }
   const std::vector<Candidate> candidates = CandidatesOf(batch, options);
   if (candidates.size() == 1 && candidates.front().own) {  // every value pinned: one pass
-    DCP_ASSIGN_OR_RETURN(PlannedBatch planned, PlanOnce(batch, *candidates.front().own));
+    DCP_ASSIGN_OR_RETURN(PlannedBatch planned,
+                         PlanOnce(batch, *candidates.front().own, /*report_phases=*/true));
     DCP_RETURN_IF_ERROR(CheckMemoryBudget(planned.plan, options.memory_budget_bytes));
     return planned;
   }

@@ -19,6 +19,8 @@ std::string_view ToString(StatusCode code) {
       return "CommFailure";
     case StatusCode::kTimeout:
       return "Timeout";
+    case StatusCode::kCancelled:
+      return "Cancelled";
     case StatusCode::kInternal:
       return "Internal";
   }

@@ -572,6 +572,37 @@ TEST(CliDevices, MustMatchTheTopologyWhenBothAreGiven) {
   EXPECT_EQ(j.value("topology", ""), "2x4");
 }
 
+// Planning that takes over a second shows one progress line on a terminal's stderr (run under
+// `script`, which gives the command a terminal), rewritten in place and cleared at the end; none
+// with --json, and none when stderr is not a terminal.
+TEST(CliPlan, ShowsProgressOnATerminalOnly) {
+  if (std::system("command -v script > /dev/null 2>&1") != 0) GTEST_SKIP() << "no `script`";
+#ifdef DCP_SANITIZE  // 10-30 times slower: a quarter of the batch still takes seconds
+  const std::vector<std::string> batch = {"--scale", "4", "--tokens", "262144", "--topology", "8x8"};
+#else
+  const std::vector<std::string> batch = {"--scale", "8", "--tokens", "1048576", "--topology",
+                                          "16x8"};
+#endif
+  std::vector<std::string> args = {"plan",          "--dataset",   "ldc", "--block-size",
+                                   "1024",          "--eps-compute", "0.1", "--eps-inter",
+                                   "0.4",           "--dcp-only",  "--threads", "1"};
+  args.insert(args.end(), batch.begin(), batch.end());
+  const auto on_terminal = [&](std::vector<std::string> a) {
+    return dcp::testing::RunCommand("script -qec " + dcp::testing::ShellQuote(dcp::testing::DcpCommand(a)) +
+                               " /dev/null");
+  };
+  const CliRun tty = on_terminal(args);
+  ASSERT_EQ(tty.exit_code, 0) << tty.err;
+  EXPECT_NE(tty.out.find("\rdcp: planning: placement"), std::string::npos) << tty.out;
+  EXPECT_NE(tty.out.find("plan: dcp 1024:0.1/0.4"), std::string::npos) << tty.out;
+  std::vector<std::string> json = args;
+  json.push_back("--json");
+  EXPECT_EQ(on_terminal(json).out.find("dcp: planning:"), std::string::npos);
+  const CliRun piped = RunDcp(args);
+  ASSERT_EQ(piped.exit_code, 0) << piped.err;
+  EXPECT_EQ(piped.err, "");
+}
+
 TEST(CliDevices, RejectsACountNoTopologyHas) {
   for (const char* devices : {"0", "-3", "65537", "99999999999"}) {
     SCOPED_TRACE(devices);

@@ -6,6 +6,9 @@
 
 #include <cstdio>
 #include <numeric>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "dcp/baselines.h"
 #include "dcp/planner.h"
@@ -330,6 +333,76 @@ TEST(PlanBatch, PlansAGivenPlacement) {
   given.placement = by_sequence;
   given.placement->data_device.front() = DeviceId{k2x4.devices()};
   EXPECT_EQ(PlanBatch(batch, given).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A pinned pass reports its phases in order, the second-level placement node by node; the
+// monitor changes nothing in the plan.
+TEST(PlanBatch, ReportsItsProgressToTheMonitor) {
+  const Batch batch = TestBatch();
+  std::vector<std::tuple<std::string, int64_t, int64_t>> seen;
+  const PlanningMonitor monitor([&](std::string_view phase, int64_t done, int64_t total) {
+    seen.emplace_back(std::string(phase), done, total);
+  });
+  PlanOptions options = On2x4([](PlanOptions& o) { Pin(o, 512); });
+  options.monitor = &monitor;
+  auto watched = PlanBatch(batch, options);
+  ASSERT_TRUE(watched.ok()) << watched.status().ToString();
+  const std::vector<std::tuple<std::string, int64_t, int64_t>> expected = {
+      {"blocking", 0, 1},  {"placement", 0, 1}, {"placement", 0, 2}, {"placement", 1, 2},
+      {"placement", 2, 2}, {"scheduling", 0, 1}, {"compile", 0, 1},  {"compile", 1, 1}};
+  EXPECT_EQ(seen, expected);
+  options.monitor = nullptr;
+  auto unwatched = PlanBatch(batch, options);
+  ASSERT_TRUE(unwatched.ok());
+  EXPECT_EQ(watched->plan, unwatched->plan);
+
+  // Tuning reports its candidates, each once, ending with all done.
+  seen.clear();
+  options = On2x4([](PlanOptions&) {});
+  options.threads = 2;
+  options.monitor = &monitor;
+  auto tuned = PlanBatch(batch, options);
+  ASSERT_TRUE(tuned.ok()) << tuned.status().ToString();
+  ASSERT_FALSE(seen.empty());
+  const auto total = static_cast<int64_t>(tuned->candidates.size());
+  EXPECT_EQ(seen.front(), std::make_tuple(std::string("candidates"), int64_t{0}, total));
+  EXPECT_EQ(seen.back(), std::make_tuple(std::string("candidates"), total, total));
+  EXPECT_EQ(seen.size(), static_cast<size_t>(total) + 1);
+}
+
+// Cancelling stops the planning with kCancelled: before it starts, from its own progress report
+// (at each phase and node of a pinned pass), and in tuning.
+TEST(PlanBatch, StopsWhenCancelled) {
+  const Batch batch = TestBatch();
+  PlanningMonitor cancelled;
+  cancelled.Cancel();
+  PlanOptions options = On2x4([](PlanOptions& o) { Pin(o, 512); });
+  options.monitor = &cancelled;
+  auto r = PlanBatch(batch, options);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCancelled);
+
+  for (int stop_at = 0; stop_at < 8; ++stop_at) {  // every report of a pinned pass, and tuning
+    SCOPED_TRACE(stop_at);
+    int reports = 0;
+    PlanningMonitor* self = nullptr;
+    PlanningMonitor monitor([&](std::string_view, int64_t, int64_t) {
+      if (reports++ == stop_at) self->Cancel();
+    });
+    self = &monitor;
+    options = On2x4([&](PlanOptions& o) {
+      if (stop_at < 7) Pin(o, 512);
+    });
+    options.monitor = &monitor;
+    r = PlanBatch(batch, options);
+    if (stop_at == 7) {  // tuning: cancelled at its first report, before any candidate
+      ASSERT_FALSE(r.ok());
+      EXPECT_EQ(r.status().code(), StatusCode::kCancelled);
+      continue;
+    }
+    ASSERT_FALSE(r.ok()) << "report " << stop_at << " of " << reports;
+    EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status().ToString();
+  }
 }
 
 TEST(PlanBatch, RejectsBadOptionsNamingThem) {
