@@ -93,6 +93,8 @@ int Run(const BatchArgs& batch_args, const PlanArgs& args) {
                               {"checked", args.check},
                               {"topology", topology->ToString()},
                               {"block_size", blocks->block_size},
+                              {"data_blocks", blocks->data_blocks.size()},
+                              {"compute_blocks", blocks->compute_blocks.size()},
                               {"seed", batch_args.seed},
                               {"token_map", TokenMapJson(TokenMap::Of(*plan))}};
     fmt::print("{}\n", j.dump(2));

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Planning at cluster scale (issue 17): one pinned pass of `dcp plan` per batch of a series from
+128K tokens on 4x8 to 16M tokens on 128x8, with its time per phase, time per tile, peak memory and
+plan quality, on 1 and on 2 threads (the placement, and so the plan, is the same on any thread
+count: the script checks that the plan files are byte-identical).
+
+Every value is pinned (block size, tolerances 0.1/0.4, the cost-model division count, no other
+strategies), as the issue's targets are for one pass; the default plan's tuning runs several such
+passes on the threads at once. Batches: `--dataset ldc --seed 1 --mask causal`, whose LDC-like
+lengths grow with --scale.
+
+    bench/planning_scale.py --dcp build/dcp [--quick] [--threads 1 2] > table.md
+
+Standard library only; prints a markdown table (and the commands) to stdout, progress to stderr.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+# (tokens, --scale, topology, block size, target seconds or None, threads the target is for)
+SERIES = [
+    (131072, 1, "4x8", 1024, 0.05, 1),
+    (1048576, 8, "16x8", 1024, 1.0, 1),
+    (2097152, 16, "32x8", 1024, None, 1),
+    (4194304, 32, "32x8", 2048, 5.0, 1),
+    (8388608, 32, "64x8", 1024, None, 2),
+    (16777216, 64, "128x8", 1024, 30.0, 2),
+]
+PINNED = ["--eps-compute", "0.1", "--eps-inter", "0.4", "--dcp-only", "--divisions", "auto"]
+
+
+def plan(dcp, tokens, scale, topology, block, threads, out):
+    """Runs one pinned `dcp plan --json`; returns (its JSON, wall s, peak RSS bytes, command)."""
+    command = [dcp, "plan", "--dataset", "ldc", "--seed", "1", "--mask", "causal",
+               "--scale", str(scale), "--tokens", str(tokens), "--topology", topology,
+               "--block-size", str(block), "--threads", str(threads), "-o", out, "--json"]
+    command += PINNED
+    start = time.monotonic()
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stdout = child.stdout.read()
+    stderr = child.stderr.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.monotonic() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"planning_scale: {' '.join(command)} failed:\n{stderr.decode()}")
+    return json.loads(stdout), wall, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime, command
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dcp", default="build/dcp", help="the dcp binary")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--quick", action="store_true", help="only batches up to 1M tokens")
+    args = parser.parse_args()
+    series = [s for s in SERIES if not args.quick or s[0] <= 1048576]
+
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for tokens, scale, topology, block, target, target_threads in series:
+            plans = {}
+            for threads in args.threads:
+                out = os.path.join(scratch, f"{tokens}-{threads}.plan")
+                print(f"planning_scale: {tokens} tokens on {topology}, {threads} thread(s)",
+                      file=sys.stderr, flush=True)
+                j, wall, rss, cpu, command = plan(args.dcp, tokens, scale, topology, block,
+                                                  threads, out)
+                with open(out, "rb") as f:
+                    plans[threads] = f.read()
+                rows.append(dict(tokens=tokens, topology=topology, block=block, threads=threads,
+                                 tiles=j["compute_blocks"], ms=j["planning_ms"], wall=wall,
+                                 cpu=cpu, rss=rss, fwd=j["fwd"], bwd=j["bwd"],
+                                 target=target if threads == target_threads else None,
+                                 command=" ".join(c for c in command
+                                                  if c != "-o" and not c.endswith(".plan"))))
+            same = len({p for p in plans.values()}) == 1
+            for r in rows[-len(args.threads):]:
+                r["same_plan"] = same
+
+    print("| tokens | topology | block | threads | tiles | total s | placement | scheduling "
+          "| compile | µs per tile | CPU s | peak RSS GiB | inter-node GiB fwd+bwd "
+          "| compute max/mean | plan = 1-thread plan | target |")
+    print("|" + "---|" * 16)
+    for r in rows:
+        ms = r["ms"]
+        inter = (r["fwd"]["bytes_inter_node"] + r["bwd"]["bytes_inter_node"]) / 2**30
+        target = ""
+        if r["target"] is not None:
+            met = ms["total"] / 1e3 <= r["target"]
+            target = f"<= {r['target']:g} s: {'met' if met else '**missed**'}"
+        print(f"| {r['tokens']:,} | {r['topology']} | {r['block']} | {r['threads']} "
+              f"| {r['tiles']:,} | {ms['total'] / 1e3:.2f} | {ms['placement'] / 1e3:.2f} "
+              f"| {ms['scheduling'] / 1e3:.2f} | {ms['compile'] / 1e3:.2f} "
+              f"| {1e3 * ms['total'] / r['tiles']:.1f} | {r['cpu']:.1f} | {r['rss'] / 2**30:.2f} "
+              f"| {inter:.1f} | {r['fwd']['compute_imbalance']:.3f} "
+              f"| {'yes' if r['same_plan'] else 'NO'} | {target} |")
+    per_tile = [r["ms"]["total"] / r["tiles"] for r in rows if r["threads"] == min(args.threads)]
+    print(f"\nTime per tile on {min(args.threads)} thread(s), largest over smallest: "
+          f"{max(per_tile) / min(per_tile):.2f}x (target: within 2x).\n")
+    print("Commands (one pinned pass each):\n")
+    for r in rows:
+        print(f"    {r['command']}")
+
+
+if __name__ == "__main__":
+    main()
