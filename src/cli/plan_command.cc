@@ -48,9 +48,8 @@ nlohmann::json PassJson(const Plan& plan, const BlockSet& blocks, const Placemen
 }
 
 int Run(const BatchArgs& batch_args, const PlanArgs& args) {
-  PlannerArgs planner = args.planner;
-  planner.progress = !args.json;
-  Result<PlannedFromArgs> planned = PlanFromArgs(batch_args, args.placement, planner);
+  Result<PlannedFromArgs> planned =
+      PlanFromArgs(batch_args, args.placement, args.planner, /*progress=*/!args.json);
   if (!planned.ok()) return ReportError(planned.status());
   const BlockSet* blocks = &planned->planned.blocks;
   const PartitionResult* placed = &planned->planned.placed;

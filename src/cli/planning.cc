@@ -176,7 +176,7 @@ class ProgressLine {
 }  // namespace
 
 Result<PlannedFromArgs> PlanFromArgs(const BatchArgs& batch_args, const PlacementArgs& placement,
-                                     const PlannerArgs& planner) {
+                                     const PlannerArgs& planner, bool progress) {
   int64_t empty_sequences = 0;
   DCP_ASSIGN_OR_RETURN(Batch batch, BuildBatch(batch_args, &empty_sequences));
   DCP_ASSIGN_OR_RETURN(PlanOptions options, PlanOptionsFromArgs(batch_args, placement, planner));
@@ -184,8 +184,8 @@ Result<PlannedFromArgs> PlanFromArgs(const BatchArgs& batch_args, const Placemen
     DCP_ASSIGN_OR_RETURN(options.placement,
                          ReadPlacement(planner.read_partition, batch, options));
   }
-  const ProgressLine progress(planner.progress);
-  options.monitor = progress.monitor();
+  const ProgressLine line(progress);
+  options.monitor = line.monitor();
   DCP_ASSIGN_OR_RETURN(PlannedBatch planned, PlanBatch(batch, options));
   return PlannedFromArgs{
       .batch = std::move(batch), .planned = std::move(planned), .empty_sequences = empty_sequences};

@@ -27,9 +27,6 @@ struct PlannerArgs {
   bool dcp_only = false;           // no static layouts among the candidates
   int64_t memory_budget = 0;       // bytes of buffers per device; 0: none
   std::string read_partition;      // a placement file to plan as given; empty: dcp places
-  // A progress line on stderr while planning, once it has taken a second, when stderr is a
-  // terminal; commands turn it off for --json.
-  bool progress = true;
 };
 
 void AddPlannerOptions(CLI::App& app, PlannerArgs& args);
@@ -51,9 +48,10 @@ struct PlannedFromArgs {
   int64_t empty_sequences = 0;  // of an --idx file, left out of the batch
 };
 
-// The batch the command line describes, planned by PlanBatch.
+// The batch the command line describes, planned by PlanBatch. With `progress`, a progress line on
+// stderr once planning has taken a second, when stderr is a terminal (commands pass !--json).
 Result<PlannedFromArgs> PlanFromArgs(const BatchArgs& batch_args, const PlacementArgs& placement,
-                                     const PlannerArgs& planner);
+                                     const PlannerArgs& planner, bool progress);
 
 // The candidates of a tuning as JSON: [{"name", "own", "simulated_ms", "peak_bytes", "error"}].
 nlohmann::json CandidatesJson(const PlannedBatch& planned);

@@ -223,9 +223,7 @@ Result<PlannedFromArgs> PlanForRun(const BatchArgs& batch_args, const RunArgs& a
   Result<Strategy> strategy = ParseStrategy(args.strategy);
   if (!strategy.ok()) return strategy.status().WithContext("--strategy");
   if (*strategy == Strategy::kDcp) {
-    PlannerArgs planner = args.planner;
-    planner.progress = !args.json;
-    return PlanFromArgs(batch_args, args.placement, planner);
+    return PlanFromArgs(batch_args, args.placement, args.planner, /*progress=*/!args.json);
   }
   DCP_RETURN_IF_ERROR(CheckPartitionWithStrategy(args.planner, *strategy));
   DCP_ASSIGN_OR_RETURN(const Topology topology, BuildTopology(batch_args, args.placement));

@@ -71,9 +71,9 @@ Result<Simulated> FromFile(const SimulateArgs& args, const ClusterSpec& cluster)
 
 Result<Simulated> WithDcp(const BatchArgs& batch_args, const SimulateArgs& args,
                           const ClusterSpec& cluster) {
-  PlannerArgs planner = args.planner;
-  planner.progress = !args.json;
-  DCP_ASSIGN_OR_RETURN(PlannedFromArgs planned, PlanFromArgs(batch_args, args.placement, planner));
+  DCP_ASSIGN_OR_RETURN(
+      PlannedFromArgs planned,
+      PlanFromArgs(batch_args, args.placement, args.planner, /*progress=*/!args.json));
   Simulated out;
   out.plan = std::move(planned.planned.plan);
   out.planning_ms = planned.planned.ms.total();

@@ -350,6 +350,11 @@ namespace {
 // 16x8) and lost to the two-level placement on 11 of 12 batches at 4x8.
 constexpr int32_t kMaxFlatDevices = 64;
 
+// Whether the flat placement (every device at once) is made for this topology.
+bool PlacesFlat(const Topology& topology) {
+  return topology.nodes == 1 || topology.devices() <= kMaxFlatDevices;
+}
+
 struct Averages {
   double compute = 0, memory = 0;  // per device
 };
@@ -436,9 +441,7 @@ Result<PartitionResult> Evaluate(const Hypergraph& g, const std::vector<int32_t>
 Status CheckTableSize(const Hypergraph& g, const Topology& topology) {
   constexpr int64_t kMaxTableBytes = int64_t{4} << 30;
   const int64_t parts = std::max<int64_t>(
-      topology.nodes, topology.nodes == 1 || topology.devices() <= kMaxFlatDevices
-                          ? topology.devices()
-                          : topology.devices_per_node);
+      topology.nodes, PlacesFlat(topology) ? topology.devices() : topology.devices_per_node);
   const int64_t bytes = int64_t{12} * g.n_nets() * parts;
   if (bytes > kMaxTableBytes) {
     return Status::InvalidArgument(fmt::format(
@@ -487,7 +490,7 @@ Result<PartitionResult> PartitionHypergraph(const Hypergraph& g, const BlockSet&
   // The flat placement balances every device to eps_compute, tighter than the two-level bound,
   // so the two-level one is kept only when it really crosses the network less (kMaxFlatDevices).
   PartitionResult result;
-  const bool flat = topology.nodes == 1 || topology.devices() <= kMaxFlatDevices;
+  const bool flat = PlacesFlat(topology);
   if (flat) {
     DCP_ASSIGN_OR_RETURN(std::vector<int32_t> device, PlaceFlat(g, blocks, topology, avg, options));
     DCP_ASSIGN_OR_RETURN(result, Evaluate(g, device, topology, options));
