@@ -12,18 +12,23 @@ namespace {
 
 // The partition of the subset (vertices outside it keep their labels and count in nothing), with
 // the annealer's moves: MayChange, SwapDelta and Move.
-class AnnealState : public PartitionState {
+class AnnealState {
  public:
   AnnealState(const Hypergraph& g, const std::vector<int32_t>& subset,
               const std::vector<int32_t>& part, int32_t k, double compute_cap, double memory_cap)
-      : PartitionState(g, k, compute_cap, memory_cap, part),
-        touched_weight_(TouchedNetWeight(g, subset)) {
-    for (int32_t v : subset) Assign(v, part_[v]);
+      : g_(g),
+        state_(g, k, part),
+        compute_cap_(compute_cap),
+        memory_cap_(memory_cap),
+        touched_weight_(TouchedNetWeight(g, subset)),
+        stamp_(g.n_nets(), 0) {
+    for (int32_t v : subset) state_.Assign(v, part[v]);
   }
 
-  int64_t km1() const { return connectivity_ - touched_weight_; }
-  const std::vector<int32_t>& part() const { return part_; }
-  int32_t part_of(int32_t v) const { return part_[v]; }
+  int64_t km1() const { return state_.connectivity() - touched_weight_; }
+  const std::vector<int32_t>& part() const { return state_.parts(); }
+  int32_t part_of(int32_t v) const { return state_.part(v); }
+  bool WithinCaps() const { return state_.WithinCaps(compute_cap_, memory_cap_); }
 
   // Whether part p may change its load by the given amounts: it ends within the caps, or no
   // further over a cap than it already was.
@@ -31,16 +36,16 @@ class AnnealState : public PartitionState {
     const auto ok = [](int64_t load, int64_t change, double cap) {
       return change <= 0 || static_cast<double>(load + change) <= cap;
     };
-    return ok(compute_[p], compute_change, compute_cap_) &&
-           ok(memory_[p], memory_change, memory_cap_);
+    return ok(state_.compute()[p], compute_change, compute_cap_) &&
+           ok(state_.memory()[p], memory_change, memory_cap_);
   }
 
-  using PartitionState::MoveDelta;
+  int64_t MoveDelta(int32_t v, int32_t to) const { return state_.MoveDelta(v, to); }
 
   // The km1 change that swapping u and v (on different parts) would make. A net holding both
   // keeps its pin counts on both parts, so the two single-move deltas are corrected for it.
   int64_t SwapDelta(int32_t v, int32_t u) {
-    const int32_t p = part_[v], q = part_[u];
+    const int32_t p = state_.part(v), q = state_.part(u);
     ++stamp_now_;
     for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
       stamp_[g_.incident[i]] = stamp_now_;
@@ -49,21 +54,21 @@ class AnnealState : public PartitionState {
     for (int32_t i = g_.vertex_begin[u]; i < g_.vertex_begin[u + 1]; ++i) {
       const int32_t n = g_.incident[i];
       if (stamp_[n] != stamp_now_) continue;
-      if (pin_count_[Slot(n, p)] == 1) delta += g_.net_weight[n];
-      if (pin_count_[Slot(n, q)] == 1) delta += g_.net_weight[n];
+      if (state_.pins(n, p) == 1) delta += g_.net_weight[n];
+      if (state_.pins(n, q) == 1) delta += g_.net_weight[n];
     }
     return delta;
   }
 
   // Moves v to part `to`.
-  void Move(int32_t v, int32_t to) {
-    Unassign(v);
-    Assign(v, to);
-  }
+  void Move(int32_t v, int32_t to) { state_.Move(v, to); }
 
  private:
-  int64_t touched_weight_;  // of the nets the subset touches: a net on one part moves nothing
-  std::vector<int64_t> stamp_ = std::vector<int64_t>(g_.n_nets(), 0);  // SwapDelta's marks
+  const Hypergraph& g_;
+  PartitionState state_;
+  double compute_cap_, memory_cap_;
+  int64_t touched_weight_;      // of the nets the subset touches: a net on one part moves nothing
+  std::vector<int64_t> stamp_;  // SwapDelta's marks
   int64_t stamp_now_ = 0;
 };
 
@@ -96,8 +101,8 @@ int64_t Anneal(const Hypergraph& g, const std::vector<int32_t>& subset, int32_t 
     mean_weight /= static_cast<double>(count);
   }
   double heat = options.start_heat * mean_weight;
-  const double cooling = std::pow(options.end_heat / options.start_heat,
-                                  1.0 / static_cast<double>(options.steps));
+  const double cooling =
+      std::pow(options.end_heat / options.start_heat, 1.0 / static_cast<double>(options.steps));
 
   std::mt19937_64 rng(options.seed);
   const auto uniform = [&rng] { return static_cast<double>(rng() >> 11) * 0x1.0p-53; };

@@ -12,9 +12,10 @@
 #include "partition/annealer.h"
 #include "partition/coarsen.h"
 #include "partition/kway_partitioner.h"
+#include "partition/partition_state.h"
 #include "partition/subgraph.h"
-#include "util/parallel.h"
 #include "partition/zoltan_kway.h"
+#include "util/parallel.h"
 
 namespace dcp {
 namespace {
@@ -27,9 +28,12 @@ int64_t Sum(const std::vector<int64_t>& w, const std::vector<int32_t>& subset) {
 
 // Largest first (by the cap each vertex presses hardest), each onto the part where the larger of
 // its two relative loads stays least, ties to the part of least total relative load. Returns a part
-// per vertex of h (-1 outside the subset), or nothing when that breaks a cap.
-std::vector<int32_t> PackLargestFirst(const Hypergraph& h, const std::vector<int32_t>& subset,
-                                      int32_t k, double compute_cap, double memory_cap) {
+// per vertex of the graph (-1 outside the subset), or nothing when that breaks a cap.
+std::vector<int32_t> PackLargestFirst(const internal::KwayProblem& problem) {
+  const Hypergraph& h = problem.graph;
+  const std::vector<int32_t>& subset = problem.subset;
+  const int32_t k = problem.k;
+  const double compute_cap = problem.compute_cap, memory_cap = problem.memory_cap;
   const auto relative = [&](int64_t compute, int64_t memory) {
     return std::pair{static_cast<double>(compute) / compute_cap,
                      static_cast<double>(memory) / memory_cap};
@@ -114,11 +118,7 @@ std::vector<int32_t> PackLargestFirst(const Hypergraph& h, const std::vector<int
 // first on the row hypergraph, then annealed there. Empty when no packing within the caps was
 // found (rows too big for the parts, as at high k). *km1 gets its km1 (exact on `g`: row nets
 // stay on one part and the row hypergraph's merged column nets weigh what they merge).
-std::vector<int32_t> SolveWholeRows(const Hypergraph& g,
-                                    const std::vector<int32_t>& sequence_first_block,
-                                    const std::vector<int32_t>& subset, int32_t k,
-                                    double compute_cap, double memory_cap, uint64_t seed,
-                                    int64_t* km1) {
+std::vector<int32_t> SolveWholeRows(const internal::KwayProblem& problem, int64_t* km1) {
   // Annealing steps are kAnnealSteps * n^1.5 for n row vertices: the 64 rows of the reference
   // instance S then take ~2 ms, and the 320 of M at k=8 get ~2x more steps per row, which larger
   // instances need to settle (half that leaves M ~4% worse on average over seeds). Beyond
@@ -130,22 +130,24 @@ std::vector<int32_t> SolveWholeRows(const Hypergraph& g,
   // costs the degree of its vertex, which grows with the rows, so whole rows of a 4M-token batch
   // would take seconds to anneal.
   constexpr int64_t kMaxRowVertices = 1024;
-  const int64_t data = std::count_if(subset.begin(), subset.end(),
+  const Hypergraph& g = problem.graph;
+  const int64_t data = std::count_if(problem.subset.begin(), problem.subset.end(),
                                      [&](int32_t v) { return v >= g.n_compute; });
   const internal::CoarseLevel rows = internal::ContractRows(
-      g, sequence_first_block, subset,
+      g, problem.sequence_first_block, problem.subset,
       static_cast<int32_t>(std::max<int64_t>(1, (data + kMaxRowVertices - 1) / kMaxRowVertices)));
-  std::vector<int32_t> row_part =
-      PackLargestFirst(rows.graph, rows.subset, k, compute_cap, memory_cap);
+  const internal::KwayProblem on_rows =
+      problem.On(rows.graph, rows.sequence_first_block, rows.subset);
+  std::vector<int32_t> row_part = PackLargestFirst(on_rows);
   if (row_part.empty()) return {};
   const double n = static_cast<double>(rows.subset.size());
   *km1 = internal::Anneal(
-      rows.graph, rows.subset, k, compute_cap, memory_cap,
+      rows.graph, rows.subset, problem.k, problem.compute_cap, problem.memory_cap,
       {.steps = static_cast<int64_t>(kAnnealSteps * n * std::sqrt(std::min(n, kAnnealRowsLinear))),
-       .seed = seed},
+       .seed = problem.seed},
       &row_part);
   std::vector<int32_t> part(g.n_vertices(), -1);
-  for (int32_t v : subset) part[v] = row_part[rows.coarse_of[v]];
+  for (int32_t v : problem.subset) part[v] = row_part[rows.coarse_of[v]];
   return part;
 }
 
@@ -163,44 +165,35 @@ std::vector<int32_t> SolveWholeRows(const Hypergraph& g,
 // start: the contiguous and greedy ones place whole rows too, and the annealed rows beat them. The
 // row partition is then refined on `g` (tiles may leave their rows) when it is not clearly worse
 // than the multilevel one.
-std::vector<int32_t> SolveBuiltin(const Hypergraph& g,
-                                  const std::vector<int32_t>& sequence_first_block,
-                                  const std::vector<int32_t>& subset, int32_t k, double compute_cap,
-                                  double memory_cap, uint64_t seed, int rounds,
+std::vector<int32_t> SolveBuiltin(const internal::KwayProblem& problem, int rounds,
                                   const PlanningMonitor* monitor) {
-  // On cancellation the solve stops between starts and levels; SolveLevel then returns kCancelled.
-  const auto cancelled = [monitor] { return monitor != nullptr && monitor->cancelled(); };
-  using Engine = internal::KwayPartitioner;
-  using Kind = Engine::Start::Kind;
+  using internal::kFmPasses;
+  using internal::KwayProblem;
+  using internal::KwayResult;
+  using Kind = internal::KwayStart::Kind;
   constexpr int64_t kMinDataPerPart = 4;
   // Rows worse than the multilevel result by more than this fraction are not refined on `g`.
   constexpr double kRowRefineMargin = 0.02;
 
   int64_t rows_km1 = 0;
-  const std::vector<int32_t> rows = SolveWholeRows(g, sequence_first_block, subset, k,
-                                                   compute_cap, memory_cap, seed, &rows_km1);
+  const std::vector<int32_t> rows = SolveWholeRows(problem, &rows_km1);
 
-  // Level 0 is `g` itself; level i > 0 is levels[i - 1].
+  // Level 0 is the problem itself; level i > 0 is the same problem on levels[i - 1].
   std::vector<internal::CoarseLevel> levels;
-  const auto graph_at = [&](size_t i) -> const Hypergraph& {
-    return i == 0 ? g : levels[i - 1].graph;
-  };
-  const auto sequences_at = [&](size_t i) -> const std::vector<int32_t>& {
-    return i == 0 ? sequence_first_block : levels[i - 1].sequence_first_block;
-  };
-  const auto subset_at = [&](size_t i) -> const std::vector<int32_t>& {
-    return i == 0 ? subset : levels[i - 1].subset;
+  const auto at = [&](size_t i) -> KwayProblem {
+    if (i == 0) return problem;
+    const internal::CoarseLevel& level = levels[i - 1];
+    return problem.On(level.graph, level.sequence_first_block, level.subset);
   };
   const auto data_in = [](const Hypergraph& h, const std::vector<int32_t>& vertices) {
     return std::count_if(vertices.begin(), vertices.end(),
                          [&](int32_t v) { return v >= h.n_compute; });
   };
   for (;;) {
-    const size_t top = levels.size();
-    const int64_t data = data_in(graph_at(top), subset_at(top));
-    if (data < 2 * kMinDataPerPart * k) break;
-    internal::CoarseLevel next =
-        internal::Coarsen(graph_at(top), sequences_at(top), subset_at(top));
+    const KwayProblem top = at(levels.size());
+    const int64_t data = data_in(top.graph, top.subset);
+    if (data < 2 * kMinDataPerPart * problem.k) break;
+    internal::CoarseLevel next = internal::Coarsen(top.graph, top.sequence_first_block, top.subset);
     // Sequences of one block do not contract; stop when too little does.
     if (10 * data_in(next.graph, next.subset) > 9 * data) break;
     levels.push_back(std::move(next));
@@ -212,93 +205,87 @@ std::vector<int32_t> SolveBuiltin(const Hypergraph& g,
   // (0 within the caps, else the worst load; connectivity, km1 plus a constant of the level)
   std::pair<double, int64_t> best_score{0, 0};
   const auto within = [&] { return best_score.first == 0; };
-  const auto keep_better = [&](std::vector<int32_t> part, const Engine& engine) {
-    const std::pair<double, int64_t> score{engine.WithinCaps() ? 0 : engine.MaxLoad(),
-                                           engine.connectivity()};
+  const auto keep_better = [&](KwayResult result) {
+    const std::pair<double, int64_t> score{result.within_caps ? 0 : result.max_load,
+                                           result.connectivity};
     if (best.empty() || score < best_score) {
-      best = std::move(part);
+      best = std::move(result.part);
       best_score = score;
     }
   };
+  const auto cancelled = [monitor] { return !CheckCancelled(monitor).ok(); };
 
   // Starts on the coarsest level. FM on each when that level is coarse (it is cheap there); on
   // `g` itself only once, on the best start.
-  const Engine::Start starts[] = {{Kind::kGeometric, 1.0},
-                                  {Kind::kGeometric, 0.5},
-                                  {Kind::kGeometric, 2.0},
-                                  {Kind::kContiguous},
-                                  {Kind::kGreedy}};
-  const int64_t top_base = internal::TouchedNetWeight(graph_at(top), subset_at(top));
-  for (const Engine::Start& start : starts) {
+  const internal::KwayStart starts[] = {{Kind::kGeometric, 1.0},
+                                        {Kind::kGeometric, 0.5},
+                                        {Kind::kGeometric, 2.0},
+                                        {Kind::kContiguous},
+                                        {Kind::kGreedy}};
+  const KwayProblem coarsest = at(top);
+  const int64_t top_base = internal::TouchedNetWeight(coarsest.graph, coarsest.subset);
+  for (const internal::KwayStart& start : starts) {
     if (cancelled()) return {};
     // Whole rows within the caps that beat the first start (coarse km1 is what its projection
     // moves on causal masks, at most that on others) beat the row-like starts after it too.
     if (!best.empty() && !rows.empty() && within() && rows_km1 <= best_score.second - top_base) {
       break;
     }
-    Engine engine(graph_at(top), sequences_at(top), subset_at(top), k, compute_cap, memory_cap,
-                  seed);
-    keep_better(engine.Run(rounds, start, top > 0 ? Engine::kFmPasses : 0), engine);
+    keep_better(internal::RunKway(coarsest, start, rounds, top > 0 ? kFmPasses : 0));
   }
   if (top == 0) {
-    Engine engine(g, sequence_first_block, subset, k, compute_cap, memory_cap, seed);
-    const std::vector<int32_t> coarsest = std::move(best);
+    const std::vector<int32_t> started = std::move(best);
     best.clear();
-    keep_better(
-        engine.Run(/*rounds=*/0, {.kind = Kind::kGiven, .given = &coarsest}, Engine::kFmPasses),
-        engine);
+    keep_better(internal::RunKway(problem, {.kind = Kind::kGiven, .given = &started},
+                                  /*rounds=*/0, kFmPasses));
   }
   // Project and refine, level by level.
   for (size_t level = top; level > 0; --level) {
     if (cancelled()) return {};
-    const internal::CoarseLevel& coarse = levels[level - 1];
-    std::vector<int32_t> fine(graph_at(level - 1).n_vertices(), -1);
-    for (int32_t v : subset_at(level - 1)) fine[v] = best[coarse.coarse_of[v]];
-    Engine engine(graph_at(level - 1), sequences_at(level - 1), subset_at(level - 1), k,
-                  compute_cap, memory_cap, seed);
+    const KwayProblem finer = at(level - 1);
+    std::vector<int32_t> fine(finer.graph.n_vertices(), -1);
+    for (int32_t v : finer.subset) fine[v] = best[levels[level - 1].coarse_of[v]];
     best.clear();
-    keep_better(engine.Run(rounds, {.kind = Kind::kGiven, .given = &fine}, Engine::kFmPasses),
-                engine);
+    keep_better(
+        internal::RunKway(finer, {.kind = Kind::kGiven, .given = &fine}, rounds, kFmPasses));
   }
 
   // Stripes of whole rows, when the annealed whole rows did not fit the caps (their packing is
   // cruder, but repair and refinement may still get it within them).
   if (rows.empty()) {
-    Engine stripes(g, sequence_first_block, subset, k, compute_cap, memory_cap, seed);
-    keep_better(stripes.Run(rounds, {.kind = Kind::kStripes}, Engine::kFmPasses), stripes);
+    keep_better(internal::RunKway(problem, {.kind = Kind::kStripes}, rounds, kFmPasses));
   }
-  const int64_t multilevel_km1 = best_score.second - internal::TouchedNetWeight(g, subset);
-  if (!rows.empty() && (!within() || static_cast<double>(rows_km1) <=
-                                                 (1 + kRowRefineMargin) *
-                                                     static_cast<double>(multilevel_km1))) {
-    Engine engine(g, sequence_first_block, subset, k, compute_cap, memory_cap, seed);
-    keep_better(engine.Run(rounds, {.kind = Kind::kGiven, .given = &rows}, Engine::kFmPasses),
-                engine);
+  const int64_t multilevel_km1 =
+      best_score.second - internal::TouchedNetWeight(problem.graph, problem.subset);
+  if (!rows.empty() &&
+      (!within() || static_cast<double>(rows_km1) <=
+                        (1 + kRowRefineMargin) * static_cast<double>(multilevel_km1))) {
+    keep_better(
+        internal::RunKway(problem, {.kind = Kind::kGiven, .given = &rows}, rounds, kFmPasses));
   }
   return best;
 }
 
-// One level: `subset` into k parts under the caps; returns a part per vertex (-1 outside).
-Result<std::vector<int32_t>> SolveLevel(const Hypergraph& g, const BlockSet& blocks,
-                                        const std::vector<int32_t>& subset, int32_t k,
-                                        double compute_cap, double memory_cap, uint64_t seed,
+// One level: the problem's subset into its parts; returns a part per vertex (-1 outside).
+Result<std::vector<int32_t>> SolveLevel(const internal::KwayProblem& problem,
                                         const PartitionOptions& options) {
-  using Engine = internal::KwayPartitioner;
   switch (options.partitioner) {
     case PartitionerKind::kBuiltin: {
-      std::vector<int32_t> part = SolveBuiltin(g, blocks.sequence_first_block, subset, k,
-                                               compute_cap, memory_cap, seed,
-                                               options.refinement_rounds, options.monitor);
+      std::vector<int32_t> part = SolveBuiltin(problem, options.refinement_rounds, options.monitor);
       DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
       return part;
     }
     case PartitionerKind::kZoltan: {
-      DCP_ASSIGN_OR_RETURN(std::vector<int32_t> initial,
-                           internal::ZoltanKway(g, subset, k, compute_cap, memory_cap, seed));
+      DCP_ASSIGN_OR_RETURN(
+          std::vector<int32_t> initial,
+          internal::ZoltanKway(problem.graph, problem.subset, problem.k, problem.compute_cap,
+                               problem.memory_cap, problem.seed));
       // Zoltan balances one weight; repair makes both caps hold. No refinement, so the result
       // stays Zoltan's own.
-      Engine engine(g, blocks.sequence_first_block, subset, k, compute_cap, memory_cap, seed);
-      return engine.Run(/*rounds=*/0, {.kind = Engine::Start::Kind::kGiven, .given = &initial});
+      return internal::RunKway(problem,
+                               {.kind = internal::KwayStart::Kind::kGiven, .given = &initial},
+                               /*rounds=*/0)
+          .part;
     }
   }
   return Status::Internal("unknown partitioner");
@@ -324,7 +311,6 @@ Result<PartitionerKind> ParsePartitionerKind(std::string_view text) {
 }
 
 Status PartitionOptions::Validate() const {
-  constexpr int32_t kMaxThreads = 1024;
   for (const auto& [name, eps] :
        {std::pair{"eps_compute", eps_compute}, std::pair{"eps_inter", eps_inter},
         std::pair{"eps_memory", eps_memory}}) {
@@ -375,10 +361,15 @@ Result<std::vector<int32_t>> PlaceTwoLevel(const Hypergraph& g, const BlockSet& 
   const double whole_blocks =
       largest > 0 ? std::floor(device_memory_cap / largest) * largest : device_memory_cap;
   const double node_memory_cap = std::max(avg.memory, whole_blocks) * dpn;
-  DCP_ASSIGN_OR_RETURN(
-      std::vector<int32_t> node,
-      SolveLevel(g, blocks, all, topology.nodes, (1 + options.eps_inter) * avg.compute * dpn,
-                 node_memory_cap, options.seed, options));
+  DCP_ASSIGN_OR_RETURN(std::vector<int32_t> node,
+                       SolveLevel({.graph = g,
+                                   .sequence_first_block = blocks.sequence_first_block,
+                                   .subset = all,
+                                   .k = topology.nodes,
+                                   .compute_cap = (1 + options.eps_inter) * avg.compute * dpn,
+                                   .memory_cap = node_memory_cap,
+                                   .seed = options.seed},
+                                  options));
   // Inside each node, relative to the node's own compute and the global memory average: each
   // node's problem on its own subgraph, the nodes on `options.threads` threads (each has its own
   // seed, so the placement does not depend on the thread count).
@@ -398,8 +389,14 @@ Result<std::vector<int32_t>> PlaceTwoLevel(const Hypergraph& g, const BlockSet& 
     const double node_compute_avg =
         static_cast<double>(Sum(sub.graph.compute_weight, sub.subset)) / dpn;
     Result<std::vector<int32_t>> part =
-        SolveLevel(sub.graph, blocks, sub.subset, dpn, (1 + options.eps_compute) * node_compute_avg,
-                   device_memory_cap, options.seed + 1 + n, options);
+        SolveLevel({.graph = sub.graph,
+                    .sequence_first_block = blocks.sequence_first_block,
+                    .subset = sub.subset,
+                    .k = dpn,
+                    .compute_cap = (1 + options.eps_compute) * node_compute_avg,
+                    .memory_cap = device_memory_cap,
+                    .seed = options.seed + 1 + n},
+                   options);
     if (!part.ok()) {
       status[n] = part.status();
       return;
@@ -417,8 +414,14 @@ Result<std::vector<int32_t>> PlaceFlat(const Hypergraph& g, const BlockSet& bloc
                                        const PartitionOptions& options) {
   std::vector<int32_t> all(g.n_vertices());
   std::iota(all.begin(), all.end(), 0);
-  return SolveLevel(g, blocks, all, topology.devices(), (1 + options.eps_compute) * avg.compute,
-                    (1 + options.eps_memory) * avg.memory, options.seed, options);
+  return SolveLevel({.graph = g,
+                     .sequence_first_block = blocks.sequence_first_block,
+                     .subset = all,
+                     .k = topology.devices(),
+                     .compute_cap = (1 + options.eps_compute) * avg.compute,
+                     .memory_cap = (1 + options.eps_memory) * avg.memory,
+                     .seed = options.seed},
+                    options);
 }
 
 Result<PartitionResult> Evaluate(const Hypergraph& g, const std::vector<int32_t>& device,

@@ -2,11 +2,12 @@
 // A k-way partition of a hypergraph's vertices, with what moves and their km1 changes need kept
 // current vertex by vertex: each part's compute and memory load, each net's pins per part and the
 // parts it spans, and the connectivity sum (each net's weight times the parts it spans; km1 is
-// that minus the weight of the nets touched). The k-way engine (kway_partitioner.h) and the
-// annealer (annealer.cc) both work on it. Internal to src/partition.
+// that minus the weight of the nets touched). The k-way engine (kway_engine.h) and the annealer
+// (annealer.cc) each hold one. Internal to src/partition.
 #pragma once
 
 #include <algorithm>
+#include <span>
 #include <vector>
 
 #include "dcp/partition.h"
@@ -33,12 +34,9 @@ class PartitionState {
  public:
   // Every vertex starts with the label `part` gives it (-1: none) but counts in no load or pin
   // until it is assigned.
-  PartitionState(const Hypergraph& g, int32_t k, double compute_cap, double memory_cap,
-                 std::vector<int32_t> part)
+  PartitionState(const Hypergraph& g, int32_t k, std::vector<int32_t> part)
       : g_(g),
         k_(k),
-        compute_cap_(compute_cap),
-        memory_cap_(memory_cap),
         part_(std::move(part)),
         compute_(k, 0),
         memory_(k, 0),
@@ -47,29 +45,41 @@ class PartitionState {
         index_in_net_(pin_count_.size(), 0),
         n_parts_of_net_(g.n_nets(), 0) {}
 
+  // The label of every vertex of the graph (-1: none).
+  const std::vector<int32_t>& parts() const { return part_; }
+  int32_t part(int32_t v) const { return part_[v]; }
+  // Per part, the compute and the memory weight of its assigned vertices.
+  const std::vector<int64_t>& compute() const { return compute_; }
+  const std::vector<int64_t>& memory() const { return memory_; }
+  // Pins of net n on part p.
+  int32_t pins(int32_t n, int32_t p) const { return pin_count_[Slot(n, p)]; }
+  // The parts net n has pins on, in no particular order.
+  std::span<const int32_t> parts_of_net(int32_t n) const {
+    return {parts_of_net_.data() + Slot(n, 0), static_cast<size_t>(n_parts_of_net_[n])};
+  }
   // Each net's weight times the parts it spans, over the assigned vertices' nets.
   int64_t connectivity() const { return connectivity_; }
+
   // The largest load of a part relative to its cap, over both constraints (<= 1 within the caps).
-  double MaxLoad() const {
+  double MaxLoad(double compute_cap, double memory_cap) const {
     double most = 0;
     for (int32_t p = 0; p < k_; ++p) {
-      most = std::max({most, static_cast<double>(compute_[p]) / compute_cap_,
-                       static_cast<double>(memory_[p]) / memory_cap_});
+      most = std::max({most, static_cast<double>(compute_[p]) / compute_cap,
+                       static_cast<double>(memory_[p]) / memory_cap});
     }
     return most;
   }
   // Whether every part is within both caps.
-  bool WithinCaps() const {
+  bool WithinCaps(double compute_cap, double memory_cap) const {
     for (int32_t p = 0; p < k_; ++p) {
-      if (static_cast<double>(compute_[p]) > compute_cap_ ||
-          static_cast<double>(memory_[p]) > memory_cap_) {
+      if (static_cast<double>(compute_[p]) > compute_cap ||
+          static_cast<double>(memory_[p]) > memory_cap) {
         return false;
       }
     }
     return true;
   }
 
- protected:
   void Assign(int32_t v, int32_t p) {
     part_[v] = p;
     compute_[p] += g_.compute_weight[v];
@@ -98,7 +108,10 @@ class PartitionState {
     }
     part_[v] = -1;
   }
-  size_t Slot(int32_t net, int32_t p) const { return static_cast<size_t>(net) * k_ + p; }
+  void Move(int32_t v, int32_t to) {
+    Unassign(v);
+    Assign(v, to);
+  }
 
   // The km1 change of moving v (assigned) to part `to`.
   int64_t MoveDelta(int32_t v, int32_t to) const {
@@ -112,9 +125,11 @@ class PartitionState {
     return delta;
   }
 
+ private:
+  size_t Slot(int32_t net, int32_t p) const { return static_cast<size_t>(net) * k_ + p; }
+
   const Hypergraph& g_;
   int32_t k_;
-  double compute_cap_, memory_cap_;
   std::vector<int32_t> part_;
   std::vector<int64_t> compute_, memory_;
   std::vector<int32_t> pin_count_;  // per (net, part): pins of the net on the part

@@ -20,7 +20,6 @@
 namespace dcp {
 namespace {
 
-constexpr int32_t kMaxThreads = 1024;
 constexpr int32_t kMaxCandidates = 4096;
 
 using internal::Stopwatch;
@@ -427,9 +426,9 @@ Status PlanOptions::Validate() const {
   DCP_RETURN_IF_ERROR(partition.Validate().WithContext("PlanOptions.partition"));
   DCP_RETURN_IF_ERROR(tuning.Validate());
   DCP_RETURN_IF_ERROR(SchedulerOptionsFor(*this).Validate().WithContext("PlanOptions"));
-  if (threads < 1 || threads > kMaxThreads) {
-    return Status::InvalidArgument(
-        fmt::format("PlanOptions.threads {} must be in [1, {}]", threads, kMaxThreads));
+  if (threads < 1 || threads > PartitionOptions::kMaxThreads) {
+    return Status::InvalidArgument(fmt::format("PlanOptions.threads {} must be in [1, {}]",
+                                               threads, PartitionOptions::kMaxThreads));
   }
   if (placement && block_size == 0) {
     return Status::InvalidArgument(

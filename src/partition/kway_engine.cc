@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: Apache-2.0
+// The k-way engine: a run through its phases, and what every phase uses (kway_engine.h).
+#include "partition/kway_engine.h"
+
+#include <algorithm>
+
+namespace dcp::internal {
+
+KwayEngine::KwayEngine(const KwayProblem& problem)
+    : problem_(problem),
+      g_(problem.graph),
+      subset_(problem.subset),
+      k_(problem.k),
+      state_(problem.graph, problem.k, std::vector<int32_t>(problem.graph.n_vertices(), -1)),
+      rng_(problem.seed),
+      in_subset_(problem.graph.n_vertices(), 0),
+      data_of_part_(problem.k),
+      unit_pins_(problem.graph.n_nets(), 0),
+      row_weight_on_(problem.k, 0),
+      seen_(problem.k, 0) {
+  for (int32_t v : subset_) {
+    in_subset_[v] = 1;
+    if (!IsCompute(v)) data_vertices_.push_back(v);
+  }
+}
+
+KwayResult KwayEngine::Run(const KwayStart& start, int rounds, int fm_passes) {
+  switch (start.kind) {
+    case KwayStart::Kind::kGeometric:
+      GeometricPlacement(start.stretch);
+      break;
+    case KwayStart::Kind::kGreedy:
+      GreedyPlacement();
+      break;
+    case KwayStart::Kind::kContiguous:
+      ContiguousPlacement();
+      break;
+    case KwayStart::Kind::kStripes:
+      StripePlacement();
+      break;
+    case KwayStart::Kind::kGiven:
+      for (int32_t v : subset_) state_.Assign(v, (*start.given)[v]);
+      break;
+  }
+  for (int r = 0; r < rounds; ++r) {
+    if (!RefineRound()) break;
+  }
+  Repair();
+  for (int r = 0; r < rounds / 4; ++r) {
+    if (!RefineRound()) break;
+  }
+  const auto within_caps = [&] {
+    return state_.WithinCaps(problem_.compute_cap, problem_.memory_cap);
+  };
+  for (int r = 0; r < fm_passes && within_caps(); ++r) {
+    if (!FmPass()) break;
+  }
+  return {.part = state_.parts(),
+          .within_caps = within_caps(),
+          .max_load = state_.MaxLoad(problem_.compute_cap, problem_.memory_cap),
+          .connectivity = state_.connectivity()};
+}
+
+KwayResult RunKway(const KwayProblem& problem, const KwayStart& start, int rounds, int fm_passes) {
+  return KwayEngine(problem).Run(start, rounds, fm_passes);
+}
+
+// The compute vertices that read the queries of data vertex d and lie in the subset, each once
+// (a coarse data vertex may keep two row nets that share super-tiles; coarse nets list their
+// pins in vertex order, so the data vertex is not always a net's first pin).
+std::vector<int32_t> KwayEngine::RowTiles(int32_t d) const {
+  std::vector<int32_t> tiles;
+  int32_t row_nets = 0;
+  for (int32_t i = g_.vertex_begin[d]; i < g_.vertex_begin[d + 1]; ++i) {
+    const int32_t n = g_.incident[i];
+    if (g_.net_kind[n] != NetKind::kRow) continue;
+    ++row_nets;
+    for (int32_t j = g_.net_begin[n]; j < g_.net_begin[n + 1]; ++j) {
+      const int32_t t = g_.pins[j];
+      if (IsCompute(t) && in_subset_[t]) tiles.push_back(t);
+    }
+  }
+  if (row_nets > 1) {
+    std::sort(tiles.begin(), tiles.end());
+    tiles.erase(std::unique(tiles.begin(), tiles.end()), tiles.end());
+  }
+  return tiles;
+}
+
+// Parts where v's nets already have pins.
+void KwayEngine::Candidates(int32_t v, std::vector<int32_t>* out) const {
+  out->clear();
+  // Most vertices are interior (every net on one part, v's own): skip the set building.
+  if (state_.part(v) >= 0 &&
+      std::all_of(g_.incident.begin() + g_.vertex_begin[v],
+                  g_.incident.begin() + g_.vertex_begin[v + 1],
+                  [&](int32_t n) { return state_.parts_of_net(n).size() <= 1; })) {
+    out->push_back(state_.part(v));
+    return;
+  }
+  for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
+    const int32_t n = g_.incident[i];
+    for (int32_t p : state_.parts_of_net(n)) {
+      if (seen_[p] != seen_stamp_) {
+        seen_[p] = seen_stamp_;
+        out->push_back(p);
+      }
+    }
+  }
+  if (++seen_stamp_ == 0) {  // wrapped: start the stamps afresh
+    std::fill(seen_.begin(), seen_.end(), 0);
+    seen_stamp_ = 1;
+  }
+  std::sort(out->begin(), out->end());
+}
+
+// Moves v to part `to`, keeping data_of_part_ current.
+void KwayEngine::MoveVertex(int32_t v, int32_t to) {
+  state_.Move(v, to);
+  if (!IsCompute(v)) data_of_part_[to].push_back(v);
+}
+
+}  // namespace dcp::internal

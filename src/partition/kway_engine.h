@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: Apache-2.0
+// The k-way engine behind RunKway (kway_partitioner.h): one problem's partition state and the
+// phases that change it. Its members are defined by phase: kway_engine.cc (a run, and what every
+// phase uses), kway_initial.cc (the starts), kway_refine.cc (refinement, repair, FM). Internal to
+// src/partition; only those files include it.
+#pragma once
+
+#include <random>
+#include <vector>
+
+#include "partition/kway_partitioner.h"
+#include "partition/partition_state.h"
+
+namespace dcp::internal {
+
+class KwayEngine {
+ public:
+  explicit KwayEngine(const KwayProblem& problem);
+
+  KwayResult Run(const KwayStart& start, int rounds, int fm_passes);
+
+ private:
+  // A unit of the greedy starts: vertices placed together.
+  struct Unit {
+    std::vector<int32_t> vertices;
+    int64_t compute = 0, memory = 0;
+  };
+
+  // --- What every phase uses (kway_engine.cc) ---
+  bool IsCompute(int32_t v) const { return v < g_.n_compute; }
+  // Whether part p can take the weights within its caps. A zero weight never breaks a cap, even
+  // on a part already over it (a tile adds no memory to a part whose memory is being repaired).
+  bool Fits(int32_t p, int64_t compute, int64_t memory) const {
+    return (compute == 0 ||
+            static_cast<double>(state_.compute()[p] + compute) <= problem_.compute_cap) &&
+           (memory == 0 || static_cast<double>(state_.memory()[p] + memory) <= problem_.memory_cap);
+  }
+  std::vector<int32_t> RowTiles(int32_t d) const;
+  void Candidates(int32_t v, std::vector<int32_t>* out) const;
+  void MoveVertex(int32_t v, int32_t to);
+
+  // --- Starts (kway_initial.cc) ---
+  void GeometricPlacement(double stretch_factor);
+  void PlaceData(const std::vector<int32_t>& data);
+  void ContiguousPlacement();
+  void BuildUnits(std::vector<Unit>* whole_units, std::vector<std::vector<Unit>>* rows_of) const;
+  void PlaceLeastLoaded(std::vector<Unit> units);
+  void GreedyPlacement();
+  void StripePlacement();
+
+  // --- Refinement (kway_refine.cc) ---
+  bool RefineRound();
+  int64_t BestMove(int32_t v, std::vector<int32_t>* candidates, int32_t* to) const;
+  bool FmPass();
+  bool SwapData(int32_t d, const std::vector<int32_t>& candidates);
+  bool MoveRow(int32_t d, const std::vector<int32_t>& candidates);
+  bool LevelOut(const std::vector<int32_t>& members, int32_t over, bool compute_over, int32_t to);
+  void Repair();
+
+  static constexpr int kFmPatience = 100;             // moves without a new best before a pass ends
+  static constexpr int32_t kFmNeighbourNetSize = 64;  // nets whose pins get fresh gains on a move
+
+  const KwayProblem& problem_;
+  const Hypergraph& g_;                 // problem_.graph
+  const std::vector<int32_t>& subset_;  // problem_.subset
+  const int32_t k_;                     // problem_.k
+  PartitionState state_;
+  std::mt19937_64 rng_;
+  std::vector<char> in_subset_;
+  std::vector<int32_t> data_vertices_;  // of the subset
+  // Per part, its data vertices (SwapData's partners), listed at each RefineRound and appended to
+  // as data vertices move; an entry whose vertex has left the part since is skipped.
+  std::vector<std::vector<int32_t>> data_of_part_;
+  // MoveRow's scratch: the nets a row unit touches, and its pins on each (0 outside the unit).
+  std::vector<int32_t> unit_nets_, unit_pins_;
+  std::vector<int64_t> row_weight_on_;  // per part
+  // Candidates' scratch: seen_[p] == seen_stamp_ when p is already in the list being built.
+  mutable std::vector<uint32_t> seen_;
+  mutable uint32_t seen_stamp_ = 1;
+};
+
+}  // namespace dcp::internal

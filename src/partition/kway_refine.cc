@@ -1,0 +1,320 @@
+// SPDX-License-Identifier: Apache-2.0
+// Refinement of the k-way engine (kway_engine.h): label propagation with whole-row moves and
+// data swaps, the repair of overloaded parts, and FM passes.
+#include <algorithm>
+#include <numeric>
+#include <queue>
+#include <tuple>
+
+#include "partition/kway_engine.h"
+
+namespace dcp::internal {
+
+// One pass of label propagation: single-vertex moves, then whole-row moves of data vertices.
+// Vertices are visited in runs of kVisitRun consecutive ones, the runs in random order: random
+// enough that no part is favoured, while neighbouring tiles (consecutive in block order) share
+// the cache lines of their weights, labels and nets. Returns whether anything moved.
+bool KwayEngine::RefineRound() {
+  for (std::vector<int32_t>& list : data_of_part_) list.clear();
+  for (int32_t v : data_vertices_) data_of_part_[state_.part(v)].push_back(v);
+  constexpr size_t kVisitRun = 256;
+  std::vector<size_t> runs((subset_.size() + kVisitRun - 1) / kVisitRun);
+  std::iota(runs.begin(), runs.end(), 0);
+  std::shuffle(runs.begin(), runs.end(), rng_);
+  std::vector<int32_t> order;
+  order.reserve(subset_.size());
+  for (size_t r : runs) {
+    order.insert(order.end(), subset_.begin() + r * kVisitRun,
+                 subset_.begin() + std::min(subset_.size(), (r + 1) * kVisitRun));
+  }
+  bool moved = false;
+  std::vector<int32_t> candidates;
+  for (int32_t v : order) {
+    const int32_t from = state_.part(v);
+    Candidates(v, &candidates);
+    int32_t best = -1;
+    int64_t best_delta = 0;
+    for (int32_t to : candidates) {
+      if (to == from || !Fits(to, g_.compute_weight[v], g_.memory_weight[v])) continue;
+      const int64_t delta = state_.MoveDelta(v, to);
+      if (delta < best_delta) {
+        best = to;
+        best_delta = delta;
+      }
+    }
+    if (best >= 0) {
+      MoveVertex(v, best);
+      moved = true;
+    }
+    if (!IsCompute(v)) moved = MoveRow(v, candidates) || SwapData(v, candidates) || moved;
+  }
+  return moved;
+}
+
+// The move of v that lowers km1 most (or raises it least) within the caps: its km1 gain, and
+// the part in *to (-1 when no other part can take v).
+int64_t KwayEngine::BestMove(int32_t v, std::vector<int32_t>* candidates, int32_t* to) const {
+  Candidates(v, candidates);
+  *to = -1;
+  int64_t best = 0;
+  for (int32_t p : *candidates) {
+    if (p == state_.part(v) || !Fits(p, g_.compute_weight[v], g_.memory_weight[v])) continue;
+    const int64_t gain = -state_.MoveDelta(v, p);
+    if (*to < 0 || gain > best) {
+      *to = p;
+      best = gain;
+    }
+  }
+  return best;
+}
+
+// One pass of Fiduccia-Mattheyses: moves the vertex of best gain, negative gains included, each
+// vertex at most once, until kFmPatience moves in a row find nothing better, then rolls back to
+// the best prefix. It climbs out of the local minima where label propagation stops. Gains are
+// kept lazily in a heap: a popped entry is recomputed and pushed back when it has changed; the
+// pins of small nets are re-pushed after every move, as their gains change most.
+bool KwayEngine::FmPass() {
+  std::vector<int32_t> candidates;
+  std::priority_queue<std::pair<int64_t, int32_t>> heap;  // (gain, vertex)
+  int32_t to = -1;
+  for (int32_t v : subset_) {
+    const int64_t gain = BestMove(v, &candidates, &to);
+    if (to >= 0) heap.push({gain, v});
+  }
+  std::vector<char> locked(g_.n_vertices(), 0);
+  std::vector<std::pair<int32_t, int32_t>> moves;  // (vertex, part it left)
+  const int64_t start = state_.connectivity();
+  int64_t best = state_.connectivity();
+  size_t best_moves = 0;
+  int since_best = 0;
+  while (!heap.empty() && since_best < kFmPatience) {
+    const auto [gain, v] = heap.top();
+    heap.pop();
+    if (locked[v]) continue;
+    const int64_t now = BestMove(v, &candidates, &to);
+    if (to < 0) continue;
+    if (now != gain) {
+      heap.push({now, v});
+      continue;
+    }
+    moves.emplace_back(v, state_.part(v));
+    state_.Move(v, to);
+    locked[v] = 1;
+    if (state_.connectivity() < best) {
+      best = state_.connectivity();
+      best_moves = moves.size();
+      since_best = 0;
+    } else {
+      ++since_best;
+    }
+    for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
+      const int32_t n = g_.incident[i];
+      if (g_.net_begin[n + 1] - g_.net_begin[n] > kFmNeighbourNetSize) continue;
+      for (int32_t j = g_.net_begin[n]; j < g_.net_begin[n + 1]; ++j) {
+        const int32_t u = g_.pins[j];
+        if (locked[u] || !in_subset_[u]) continue;
+        const int64_t g = BestMove(u, &candidates, &to);
+        if (to >= 0) heap.push({g, u});
+      }
+    }
+  }
+  while (moves.size() > best_moves) {
+    const auto [v, from] = moves.back();
+    moves.pop_back();
+    state_.Move(v, from);
+  }
+  return best < start;
+}
+
+// Swaps data vertex d with a data vertex of another part when that lowers km1 and both parts
+// stay within the memory cap: with every device's memory full, single moves cannot help. Two
+// data vertices never share a net, so the gain of a swap is the sum of the two moves' gains.
+bool KwayEngine::SwapData(int32_t d, const std::vector<int32_t>& candidates) {
+  const int32_t a = state_.part(d);
+  int32_t best_e = -1;
+  int64_t best_delta = 0;
+  for (int32_t b : candidates) {
+    if (b == a) continue;
+    const int64_t delta_d = state_.MoveDelta(d, b);
+    if (delta_d >= 0) continue;
+    for (int32_t e : data_of_part_[b]) {
+      if (state_.part(e) != b) continue;  // moved since it was listed
+      const int64_t m_d = g_.memory_weight[d], m_e = g_.memory_weight[e];
+      if (static_cast<double>(state_.memory()[b] - m_e + m_d) > problem_.memory_cap ||
+          static_cast<double>(state_.memory()[a] - m_d + m_e) > problem_.memory_cap) {
+        continue;
+      }
+      const int64_t delta = delta_d + state_.MoveDelta(e, a);
+      if (delta < best_delta) {
+        best_delta = delta;
+        best_e = e;
+      }
+    }
+  }
+  if (best_e < 0) return false;
+  MoveVertex(d, state_.part(best_e));
+  MoveVertex(best_e, a);
+  return true;
+}
+
+// Moves data vertex d with the row tiles on its part to the candidate part that lowers km1
+// most, if one fits.
+bool KwayEngine::MoveRow(int32_t d, const std::vector<int32_t>& candidates) {
+  if (candidates.size() < 2) return false;  // no part but its own
+  const int32_t from = state_.part(d);
+  std::vector<int32_t> unit = {d};
+  int64_t compute = 0, memory = g_.memory_weight[d];
+  for (int32_t t : RowTiles(d)) {
+    if (state_.part(t) == from) {
+      unit.push_back(t);
+      compute += g_.compute_weight[t];
+    }
+  }
+  if (unit.size() == 1) return false;
+  // The unit's pins on each net it touches: a net leaves `from` when the unit holds all its
+  // pins there, and reaches `to` when it has none there yet.
+  unit_nets_.clear();
+  for (int32_t v : unit) {
+    for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
+      const int32_t n = g_.incident[i];
+      if (unit_pins_[n]++ == 0) unit_nets_.push_back(n);
+    }
+  }
+  // delta(to) = arrive - leave - (the weight of the unit's nets already on `to`), summed for
+  // every part at once over the parts each net spans (not nets x candidates).
+  int64_t arrive = 0, leave = 0;
+  for (int32_t n : unit_nets_) {
+    arrive += g_.net_weight[n];
+    if (unit_pins_[n] == state_.pins(n, from)) leave += g_.net_weight[n];
+    for (int32_t p : state_.parts_of_net(n)) row_weight_on_[p] += g_.net_weight[n];
+    unit_pins_[n] = 0;
+  }
+  int32_t best = -1;
+  int64_t best_delta = 0;
+  for (int32_t to : candidates) {
+    if (to == from || !Fits(to, compute, memory)) continue;
+    const int64_t delta = arrive - leave - row_weight_on_[to];
+    if (delta < best_delta) {
+      best = to;
+      best_delta = delta;
+    }
+  }
+  for (int32_t n : unit_nets_) {
+    for (int32_t p : state_.parts_of_net(n)) row_weight_on_[p] = 0;
+  }
+  if (best < 0) return false;
+  for (int32_t v : unit) MoveVertex(v, best);
+  return true;
+}
+
+// Moves the vertex of `members` (the vertices of part `over`) whose move to part `to` costs the
+// fewest bytes among those that leave `to` below where `over` was on the overloaded constraint
+// (and within the other constraint's cap): the sum of squared loads then falls, so repeated
+// levelling ends. Returns whether a vertex moved.
+bool KwayEngine::LevelOut(const std::vector<int32_t>& members, int32_t over, bool compute_over,
+                          int32_t to) {
+  const std::vector<int64_t>& load = compute_over ? state_.compute() : state_.memory();
+  const std::vector<int64_t>& weight = compute_over ? g_.compute_weight : g_.memory_weight;
+  int32_t best = -1;
+  int64_t best_delta = 0;
+  for (int32_t v : members) {
+    if (state_.part(v) != over || weight[v] == 0 || load[to] + weight[v] >= load[over] ||
+        !(compute_over ? Fits(to, 0, g_.memory_weight[v]) : Fits(to, g_.compute_weight[v], 0))) {
+      continue;
+    }
+    const int64_t delta = state_.MoveDelta(v, to);
+    if (best < 0 || delta < best_delta) {
+      best = v;
+      best_delta = delta;
+    }
+  }
+  if (best < 0) return false;
+  MoveVertex(best, to);
+  return true;
+}
+
+// Moves vertices out of parts above a cap, each to the part with room where km1 grows least.
+// The moves out of an overloaded part are kept in a heap by km1 change; a popped move is priced
+// again and pushed back when its price has changed, and a move that imports a row or column
+// into a part offers that part to the moved vertex's neighbours (their moves there become
+// cheap). Each move is thus priced at its current cost, at a cost near-linear in the moves.
+void KwayEngine::Repair() {
+  struct Move {
+    int64_t delta;
+    int32_t v, to;
+    bool operator>(const Move& o) const {
+      return std::tie(delta, v, to) > std::tie(o.delta, o.v, o.to);
+    }
+  };
+  std::priority_queue<Move, std::vector<Move>, std::greater<>> heap;
+  std::vector<int32_t> members, targets;
+  // A (part, constraint) pair no move can relieve is stuck (e.g. memory when blocks are too few
+  // for the devices); the others are still repaired.
+  std::vector<char> stuck(2 * static_cast<size_t>(k_), 0);
+  const auto cap_of = [&](bool compute_over) {
+    return compute_over ? problem_.compute_cap : problem_.memory_cap;
+  };
+  for (int pass = 0; pass < 4 * static_cast<int>(subset_.size()); ++pass) {
+    int32_t over = -1;
+    bool compute_over = false;
+    for (int32_t p = 0; p < k_ && over < 0; ++p) {
+      if (!stuck[2 * p] && static_cast<double>(state_.compute()[p]) > problem_.compute_cap) {
+        over = p;
+        compute_over = true;
+      } else if (!stuck[2 * p + 1] &&
+                 static_cast<double>(state_.memory()[p]) > problem_.memory_cap) {
+        over = p;
+      }
+    }
+    if (over < 0) return;
+    const std::vector<int64_t>& load = compute_over ? state_.compute() : state_.memory();
+    const std::vector<int64_t>& weight = compute_over ? g_.compute_weight : g_.memory_weight;
+    const int32_t emptiest =
+        static_cast<int32_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    members.clear();
+    for (int32_t v : subset_) {
+      if (state_.part(v) == over && weight[v] != 0) members.push_back(v);
+    }
+    heap = {};
+    const auto offer = [&](int32_t v, int32_t to) {
+      if (to != over && Fits(to, g_.compute_weight[v], g_.memory_weight[v])) {
+        heap.push({state_.MoveDelta(v, to), v, to});
+      }
+    };
+    for (int32_t v : members) {
+      Candidates(v, &targets);
+      targets.push_back(emptiest);
+      for (int32_t to : targets) offer(v, to);
+    }
+    if (heap.empty()) {
+      // Nothing fits anywhere: the caps cannot all hold (e.g. fewer blocks than devices need).
+      // Level the load instead, so the worst part ends as low as it can.
+      if (!LevelOut(members, over, compute_over, emptiest)) {
+        stuck[2 * over + (compute_over ? 0 : 1)] = 1;
+      }
+      continue;
+    }
+    while (!heap.empty() && static_cast<double>(load[over]) > cap_of(compute_over)) {
+      const Move m = heap.top();
+      heap.pop();
+      if (state_.part(m.v) != over || !Fits(m.to, g_.compute_weight[m.v], g_.memory_weight[m.v])) {
+        continue;
+      }
+      if (const int64_t now = state_.MoveDelta(m.v, m.to); now != m.delta) {
+        heap.push({now, m.v, m.to});
+        continue;
+      }
+      MoveVertex(m.v, m.to);
+      for (int32_t i = g_.vertex_begin[m.v]; i < g_.vertex_begin[m.v + 1]; ++i) {
+        const int32_t n = g_.incident[i];
+        if (g_.net_begin[n + 1] - g_.net_begin[n] > kFmNeighbourNetSize) continue;
+        for (int32_t j = g_.net_begin[n]; j < g_.net_begin[n + 1]; ++j) {
+          const int32_t u = g_.pins[j];
+          if (state_.part(u) == over && in_subset_[u] && weight[u] != 0) offer(u, m.to);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace dcp::internal
