@@ -331,16 +331,6 @@ Status PartitionOptions::Validate() const {
 
 namespace {
 
-// Above this many devices (on more than one node) only the two-level placement is made: one k-way
-// problem over every device costs more than the rest of planning (43 of 51 s for 1M tokens on
-// 16x8) and lost to the two-level placement on 11 of 12 batches at 4x8.
-constexpr int32_t kMaxFlatDevices = 64;
-
-// Whether the flat placement (every device at once) is made for this topology.
-bool PlacesFlat(const Topology& topology) {
-  return topology.nodes == 1 || topology.devices() <= kMaxFlatDevices;
-}
-
 struct Averages {
   double compute = 0, memory = 0;  // per device
 };
@@ -408,7 +398,7 @@ Result<std::vector<int32_t>> PlaceTwoLevel(const Hypergraph& g, const BlockSet& 
   return device;
 }
 
-// All devices at once, each within eps_compute of the average.
+// The devices of a one-node topology, each within eps_compute of the average.
 Result<std::vector<int32_t>> PlaceFlat(const Hypergraph& g, const BlockSet& blocks,
                                        const Topology& topology, const Averages& avg,
                                        const PartitionOptions& options) {
@@ -439,12 +429,11 @@ Result<PartitionResult> Evaluate(const Hypergraph& g, const std::vector<int32_t>
 }
 
 // The k-way engine keeps three 4-byte counters per (net, part) of the widest problem it solves:
-// all devices at once on one node, else the nodes. Refused above a fixed bound (the same on every
+// the nodes, or the devices of one node. Refused above a fixed bound (the same on every
 // machine, so every rank of a job refuses alike) rather than failing to allocate.
 Status CheckTableSize(const Hypergraph& g, const Topology& topology) {
   constexpr int64_t kMaxTableBytes = int64_t{4} << 30;
-  const int64_t parts = std::max<int64_t>(
-      topology.nodes, PlacesFlat(topology) ? topology.devices() : topology.devices_per_node);
+  const int64_t parts = std::max(topology.nodes, topology.devices_per_node);
   const int64_t bytes = int64_t{12} * g.n_nets() * parts;
   if (bytes > kMaxTableBytes) {
     return Status::InvalidArgument(fmt::format(
@@ -455,19 +444,6 @@ Status CheckTableSize(const Hypergraph& g, const Topology& topology) {
         kMaxTableBytes >> 30));
   }
   return Status::Ok();
-}
-
-// Less violation of the tolerances first (balanced placements have none), then fewer inter-node
-// bytes, then fewer bytes.
-bool Better(const PartitionResult& a, const PartitionResult& b, const Topology& topology,
-            const PartitionOptions& options) {
-  const double compute_bound = ComputeBound(topology, options);
-  const auto key = [&](const PartitionResult& r) {
-    const double violation = std::max(0.0, r.report.compute_imbalance - compute_bound) +
-                             std::max(0.0, r.report.memory_imbalance - 1 - options.eps_memory);
-    return std::make_tuple(violation, r.report.bytes_inter_node, r.report.km1_bytes);
-  };
-  return key(a) < key(b);
 }
 
 }  // namespace
@@ -490,20 +466,15 @@ Result<PartitionResult> PartitionHypergraph(const Hypergraph& g, const BlockSet&
       .compute = static_cast<double>(Sum(g.compute_weight, all)) / topology.devices(),
       .memory = static_cast<double>(Sum(g.memory_weight, all)) / topology.devices()};
 
-  // The flat placement balances every device to eps_compute, tighter than the two-level bound,
-  // so the two-level one is kept only when it really crosses the network less (kMaxFlatDevices).
-  PartitionResult result;
-  const bool flat = PlacesFlat(topology);
-  if (flat) {
-    DCP_ASSIGN_OR_RETURN(std::vector<int32_t> device, PlaceFlat(g, blocks, topology, avg, options));
-    DCP_ASSIGN_OR_RETURN(result, Evaluate(g, device, topology, options));
-  }
-  if (topology.nodes > 1) {
-    DCP_ASSIGN_OR_RETURN(std::vector<int32_t> two_level,
-                         PlaceTwoLevel(g, blocks, topology, avg, options));
-    DCP_ASSIGN_OR_RETURN(PartitionResult hierarchical, Evaluate(g, two_level, topology, options));
-    if (!flat || Better(hierarchical, result, topology, options)) result = std::move(hierarchical);
-  }
+  // One node: all its devices at once. Several: across nodes first, then inside each node. (A flat
+  // placement over all devices was also made on several nodes up to 64 devices and kept when it
+  // violated the tolerances less: it never simulated faster than the two-level one on 36 LDC and
+  // LongAlign batches at 4x8 under three tolerance pairs, was slower on the 4 where it was kept,
+  // and took half of the placement time.)
+  DCP_ASSIGN_OR_RETURN(std::vector<int32_t> device,
+                       topology.nodes == 1 ? PlaceFlat(g, blocks, topology, avg, options)
+                                           : PlaceTwoLevel(g, blocks, topology, avg, options));
+  DCP_ASSIGN_OR_RETURN(PartitionResult result, Evaluate(g, device, topology, options));
   result.partition_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return result;
