@@ -126,16 +126,20 @@ std::vector<int32_t> SolveWholeRows(const internal::KwayProblem& problem, int64_
   // planning time stays near-linear in the batch.
   constexpr double kAnnealSteps = 64;
   constexpr double kAnnealRowsLinear = 1024;
-  // Larger subsets anneal runs of rows instead, at most about kMaxRowVertices of them: a step
-  // costs the degree of its vertex, which grows with the rows, so whole rows of a 4M-token batch
-  // would take seconds to anneal.
-  constexpr int64_t kMaxRowVertices = 1024;
+  // Larger subsets anneal runs of rows instead, about kRowVerticesPerPart per part (within
+  // [kMinRowVertices, kMaxRowVertices]): a step costs the degree of its vertex, which grows with
+  // the rows, so whole rows of a 1M-token batch took a second to anneal; with fewer, coarser
+  // vertices each gets more steps, and the placements moved fewer bytes (LDC 1M tokens on 16x8,
+  // 512K on 4x8, 4M on 32x8).
+  constexpr int64_t kRowVerticesPerPart = 8, kMinRowVertices = 128, kMaxRowVertices = 1024;
   const Hypergraph& g = problem.graph;
+  const int64_t row_vertices =
+      std::clamp(kRowVerticesPerPart * problem.k, kMinRowVertices, kMaxRowVertices);
   const int64_t data = std::count_if(problem.subset.begin(), problem.subset.end(),
                                      [&](int32_t v) { return v >= g.n_compute; });
   const internal::CoarseLevel rows = internal::ContractRows(
       g, problem.sequence_first_block, problem.subset,
-      static_cast<int32_t>(std::max<int64_t>(1, (data + kMaxRowVertices - 1) / kMaxRowVertices)));
+      static_cast<int32_t>(std::max<int64_t>(1, (data + row_vertices - 1) / row_vertices)));
   const internal::KwayProblem on_rows =
       problem.On(rows.graph, rows.sequence_first_block, rows.subset);
   std::vector<int32_t> row_part = PackLargestFirst(on_rows);
