@@ -70,6 +70,7 @@ class DivisionScheduler {
       }
     }
     std::sort(uses_.begin(), uses_.end());
+    FindFetchSeconds();
   }
 
   bool HasRemoteWork() const {
@@ -81,38 +82,17 @@ class DivisionScheduler {
   // rest. Small early divisions behind a short division 0, larger ones later.
   std::vector<int32_t> AssignHiding(int32_t n) const {
     std::vector<int32_t> division(blocks_.compute_blocks.size(), 0);
-    const double inter_per_device = options_.inter_node_bytes_per_s / topology_.devices_per_node;
-    // fetched[PieceIndex(piece)] == d + 1 once device d fetches the piece.
-    std::vector<int32_t> fetched(2 * blocks_.data_blocks.size() * blocks_.head_groups, 0);
     for (int32_t d = 0; d < topology_.devices(); ++d) {
       double previous = local_seconds_[d];  // compute of the division before the one being filled
       int32_t t = 1;
       double moving = 0, computing = 0;
       for (int32_t c : remote_[d]) {
-        const ComputeBlock& cb = blocks_.compute_blocks[c];
-        double extra = 0;
-        for (auto [side, block] :
-             {std::pair{Side::kRow, cb.q_block}, std::pair{Side::kColumn, cb.kv_block}}) {
-          if (Owner(block) == d || fetched[PieceIndex({block.value, cb.head_group, side})] == d + 1) {
-            continue;
-          }
-          const NetBytes bytes =
-              NetBytesOf(blocks_.data_blocks[block.value], blocks_.shape, blocks_.head_groups);
-          const bool inter =
-              topology_.NodeOf(DeviceId{Owner(block)}) != topology_.NodeOf(DeviceId{d});
-          extra += static_cast<double>(side == Side::kRow ? bytes.row_fwd : bytes.column_fwd) /
-                   (inter ? inter_per_device : options_.intra_node_bytes_per_s);
-        }
-        if (t < n - 1 && computing > 0 && moving + extra > previous) {
+        if (t < n - 1 && computing > 0 && moving + fetch_seconds_[c] > previous) {
           previous = computing;
           computing = moving = 0;
           ++t;
         }
-        for (auto [side, block] :
-             {std::pair{Side::kRow, cb.q_block}, std::pair{Side::kColumn, cb.kv_block}}) {
-          if (Owner(block) != d) fetched[PieceIndex({block.value, cb.head_group, side})] = d + 1;
-        }
-        moving += extra;
+        moving += fetch_seconds_[c];
         computing += Seconds(c);
         division[c] = t;
       }
@@ -148,7 +128,8 @@ class DivisionScheduler {
     for (size_t i = 0; i < uses_.size();) {
       const Use& first = uses_[i];
       int32_t t = division[first.tile];
-      for (++i; i < uses_.size() && uses_[i].piece == first.piece && uses_[i].device == first.device;
+      for (++i;
+           i < uses_.size() && uses_[i].piece == first.piece && uses_[i].device == first.device;
            ++i) {
         t = std::min(t, division[uses_[i].tile]);
       }
@@ -157,8 +138,8 @@ class DivisionScheduler {
     return needs;
   }
 
-  // Transfers for the needs (as Needs orders them): direct inside a node; across nodes once per
-  // node to a relay (the device needing it first), which forwards it to the others.
+  // Transfers for the needs (as Needs orders them, by piece): direct inside a node; across nodes
+  // once per node to a relay (the device needing it first), which forwards it to the others.
   std::vector<Transfer> Route(const std::vector<Need>& needs) const {
     std::vector<Transfer> transfers;
     const auto transfer = [&](DeviceId from, const Need& n, int32_t phase) {
@@ -192,16 +173,11 @@ class DivisionScheduler {
         transfer(owner, *relay, 0);
         for (size_t i = begin; i < end; ++i) {
           if (&needs[i] == relay) continue;
-          transfer(DeviceId{relay->device}, needs[i],
-                   needs[i].division == relay->division ? 1 : 0);
+          transfer(DeviceId{relay->device}, needs[i], needs[i].division == relay->division ? 1 : 0);
         }
       }
       begin = end;
     }
-    std::sort(transfers.begin(), transfers.end(), [](const Transfer& a, const Transfer& b) {
-      return std::tie(a.division, a.phase, a.source, a.destination, a.block, a.head_group, a.side) <
-             std::tie(b.division, b.phase, b.source, b.destination, b.block, b.head_group, b.side);
-    });
     return transfers;
   }
 
@@ -220,9 +196,7 @@ class DivisionScheduler {
           static_cast<double>(Flops(static_cast<int32_t>(c))) / options_.device_flops;
     }
     for (const Transfer& t : transfers) {
-      const NetBytes bytes =
-          NetBytesOf(blocks_.data_blocks[t.block.value], blocks_.shape, blocks_.head_groups);
-      const double b = static_cast<double>(t.side == Side::kRow ? bytes.row_fwd : bytes.column_fwd);
+      const double b = PieceBytes(t.block, t.side);
       const int32_t node = topology_.NodeOf(t.destination);
       if (topology_.NodeOf(t.source) == node) {
         intra[at(t.destination.value, t.division)] += b / options_.intra_node_bytes_per_s;
@@ -288,6 +262,37 @@ class DivisionScheduler {
            topology_.NodeOf(DeviceId{Owner(cb.kv_block)}) != node;
   }
 
+  // fetch_seconds_[c] for every remote tile c: the time to move the inputs it is the first of its
+  // device's tiles (in remote_ order) to read, at the device's share of its node's network for
+  // inputs from other nodes. AssignHiding fills divisions by it.
+  void FindFetchSeconds() {
+    fetch_seconds_.assign(blocks_.compute_blocks.size(), 0);
+    const double inter_per_device = options_.inter_node_bytes_per_s / topology_.devices_per_node;
+    // fetched[PieceIndex(piece)] == d + 1 once device d fetches the piece.
+    std::vector<int32_t> fetched(2 * blocks_.data_blocks.size() * blocks_.head_groups, 0);
+    for (int32_t d = 0; d < topology_.devices(); ++d) {
+      for (int32_t c : remote_[d]) {
+        const ComputeBlock& cb = blocks_.compute_blocks[c];
+        for (auto [side, block] :
+             {std::pair{Side::kRow, cb.q_block}, std::pair{Side::kColumn, cb.kv_block}}) {
+          const size_t piece = PieceIndex({block.value, cb.head_group, side});
+          if (Owner(block) == d || fetched[piece] == d + 1) continue;
+          fetched[piece] = d + 1;
+          const bool inter =
+              topology_.NodeOf(DeviceId{Owner(block)}) != topology_.NodeOf(DeviceId{d});
+          fetch_seconds_[c] += PieceBytes(block, side) /
+                               (inter ? inter_per_device : options_.intra_node_bytes_per_s);
+        }
+      }
+    }
+  }
+  // Forward bytes of one side of a data block's piece for one head group.
+  double PieceBytes(DataBlockId block, Side side) const {
+    const NetBytes bytes =
+        NetBytesOf(blocks_.data_blocks[block.value], blocks_.shape, blocks_.head_groups);
+    return static_cast<double>(side == Side::kRow ? bytes.row_fwd : bytes.column_fwd);
+  }
+
   int32_t Owner(DataBlockId block) const { return placement_.data_device[block.value].value; }
   bool IsLocal(int32_t c, int32_t d) const {
     const ComputeBlock& cb = blocks_.compute_blocks[c];
@@ -317,6 +322,7 @@ class DivisionScheduler {
   std::vector<std::vector<int32_t>> remote_;  // per device: its tiles needing remote data
   std::vector<double> local_seconds_;         // per device: compute of its local tiles
   std::vector<Use> uses_;  // every remote read, by piece, node, device, tile: Needs' groups
+  std::vector<double> fetch_seconds_;  // per compute block (FindFetchSeconds)
 };
 
 }  // namespace
@@ -375,6 +381,11 @@ Result<Schedule> ScheduleDivisions(const BlockSet& blocks, const Placement& plac
       }
     }
   }
+  // The schedule's order: by division, then phase (relays forward after they receive).
+  std::sort(best.transfers.begin(), best.transfers.end(), [](const Transfer& a, const Transfer& b) {
+    return std::tie(a.division, a.phase, a.source, a.destination, a.block, a.head_group, a.side) <
+           std::tie(b.division, b.phase, b.source, b.destination, b.block, b.head_group, b.side);
+  });
   return best;
 }
 
