@@ -149,9 +149,9 @@ class Compiler {
   };
   struct State {
     ProgramBuilder builder;
-    std::map<Key, SlotId> have;                  // inputs present (or arriving) on the device
-    std::map<Key, SlotId> accumulator;           // partial results computed here
-    std::map<Key, std::vector<SlotId>> carried;  // backward: partial dKV received from a ring hop
+    std::map<Key, SlotId> have;                    // inputs present (or arriving) on the device
+    std::map<Key, SlotId> accumulator;             // partial results computed here
+    std::map<Key, std::vector<SlotId>> carried;    // backward: partial dKV received from a ring hop
     std::map<Key, std::vector<Partial>> returned;  // partials of owned pieces returned early
   };
   // A partial result moving to another device in the A launch made at `division` (so
@@ -186,8 +186,10 @@ class Compiler {
     for (auto& [peer, list] : recvs) launch.recvs.push_back(std::move(list));
     st.builder.Emit(std::move(launch));
   }
-  // (device, key) -> the division of the device's last tile adding to the key's partial.
-  std::map<std::pair<int32_t, Key>, int32_t> LastTiles(Pass pass) const;
+  // ((device, key), the division of the device's last tile adding to the key's partial), in
+  // (device, key) order.
+  using LastTile = std::pair<std::pair<int32_t, Key>, int32_t>;
+  std::vector<LastTile> LastTiles(Pass pass) const;
   void PlanCarries();
   void PlanNodeSums();
   void PlanReturns(Pass pass);
@@ -207,7 +209,8 @@ class Compiler {
     const auto at_last = [&](const std::vector<Carry>& list) {
       return !list.empty() && list.back().division == last;
     };
-    return at_last(returns_[static_cast<int>(pass)]) || (pass == Pass::kBackward && at_last(carries_));
+    return at_last(returns_[static_cast<int>(pass)]) ||
+           (pass == Pass::kBackward && at_last(carries_));
   }
   SlotId MergeCarried(State& st, BlockwiseReduction& sums, const Key& key) const;
   void AddInputs(State& st, DeviceId device, Pass pass) const;
@@ -226,19 +229,31 @@ class Compiler {
   std::vector<std::vector<int32_t>> tiles_;  // per (device, division): compute blocks
   // Per (device, division, phase): the transfers the device sends or receives (TransferIndex).
   std::vector<std::vector<const Transfer*>> transfers_;
-  std::vector<Carry> carries_;    // sorted: partials sent on in A launches (ring, node sums)
-  std::vector<Carry> last_sums_;  // sorted: last-division partials to their aggregator, in B(n)
-  std::vector<Carry> returns_[2];            // per pass, sorted
+  std::vector<Carry> carries_;     // sorted: partials sent on in A launches (ring, node sums)
+  std::vector<Carry> last_sums_;   // sorted: last-division partials to their aggregator, in B(n)
+  std::vector<Carry> returns_[2];  // per pass, sorted
   std::vector<std::vector<Key>> partial_keys_[2];  // per pass and device: PartialKeys
 };
 
-std::map<std::pair<int32_t, Compiler::Key>, int32_t> Compiler::LastTiles(Pass pass) const {
-  std::map<std::pair<int32_t, Key>, int32_t> last;
-  for (int32_t c = 0; c < static_cast<int32_t>(blocks_.compute_blocks.size()); ++c) {
-    const int32_t device = placement_.compute_device[c].value;
-    for (const Key& key : ResultKeys(blocks_.compute_blocks[c], pass)) {
-      int32_t& division = last.try_emplace({device, key}, -1).first->second;
-      division = std::max(division, schedule_.compute_division[c]);
+std::vector<Compiler::LastTile> Compiler::LastTiles(Pass pass) const {
+  std::vector<LastTile> last;
+  std::vector<std::pair<Key, int32_t>> on_device;  // (key, division) of each tile's results
+  for (int32_t d = 0; d < topology_.devices(); ++d) {
+    on_device.clear();
+    for (int32_t t = 0; t < schedule_.n_divisions; ++t) {
+      for (int32_t c : tiles_[Index(d, t)]) {
+        for (const Key& key : ResultKeys(blocks_.compute_blocks[c], pass)) {
+          on_device.push_back({key, t});
+        }
+      }
+    }
+    std::sort(on_device.begin(), on_device.end());
+    for (const auto& [key, division] : on_device) {  // the last of each key has its latest
+      if (!last.empty() && last.back().first == std::pair{d, key}) {
+        last.back().second = division;
+      } else {
+        last.push_back({{d, key}, division});
+      }
     }
   }
   return last;
@@ -248,7 +263,7 @@ std::map<std::pair<int32_t, Compiler::Key>, int32_t> Compiler::LastTiles(Pass pa
 // unless it sends it on (to a ring's next hop or its node's aggregator) or takes part in a ring.
 // Partials carried to an aggregator arrive by then.
 void Compiler::PlanReturns(Pass pass) {
-  const std::map<std::pair<int32_t, Key>, int32_t> last = LastTiles(pass);
+  const std::vector<LastTile> last = LastTiles(pass);
   std::set<std::pair<Key, int32_t>> carrying;  // (key, device) sending its partial on
   if (pass == Pass::kBackward) {
     for (const Carry& c : carries_) {
@@ -308,10 +323,10 @@ void Compiler::PlanCarries() {
   for (int32_t c = 0; c < static_cast<int32_t>(blocks_.compute_blocks.size()); ++c) {
     const ComputeBlock& cb = blocks_.compute_blocks[c];
     int32_t& last = last_tile
-        .try_emplace({Key{cb.kv_block.value, cb.head_group, TensorKind::kDKV},
-                      placement_.compute_device[c].value},
-                     -1)
-        .first->second;
+                        .try_emplace({Key{cb.kv_block.value, cb.head_group, TensorKind::kDKV},
+                                      placement_.compute_device[c].value},
+                                     -1)
+                        .first->second;
     last = std::max(last, schedule_.compute_division[c]);
   }
   const int32_t last_launch = schedule_.n_divisions - 1;  // A launches happen at 0 .. n - 1
@@ -441,8 +456,7 @@ void Compiler::SendReturns(State& st, DeviceId device, Pass pass, int32_t launch
       convert.ops.emplace_back(MergeCarried(st, sums, r.key), packed);
       AddEntry(sends, r.to, packed, types_.Of(r.key.kind), r.key.block);
       if (r.key.kind == TensorKind::kO) {
-        AddEntry(sends, r.to, st.accumulator.at(lse_key), types_.Of(TensorKind::kLse),
-                 r.key.block);
+        AddEntry(sends, r.to, st.accumulator.at(lse_key), types_.Of(TensorKind::kLse), r.key.block);
         st.accumulator.erase(lse_key);
       }
     } else if (r.to == device.value) {
@@ -519,7 +533,7 @@ std::vector<Compiler::Key> Compiler::PartialKeys(int32_t device, Pass pass) cons
       }
     }
   }
-  std::vector<Key> gone;  // returned early, or (backward) carried away
+  std::vector<Key> gone;          // returned early, or (backward) carried away
   if (pass == Pass::kBackward) {  // partials carried here stay, those carried away are gone
     for (const auto* list : {&carries_, &last_sums_}) {
       for (const Carry& c : *list) {
@@ -561,7 +575,8 @@ void Compiler::ReduceOutputs(State& st, DeviceId device, Pass pass) const {
     convert.ops.emplace_back(slot, packed);
     AddEntry(sends, owner_of(key), packed, types_.Of(key.kind), key.block);
     if (key.kind == TensorKind::kO) {
-      AddEntry(sends, owner_of(key), st.accumulator.at({key.block, key.head_group, TensorKind::kLse}),
+      AddEntry(sends, owner_of(key),
+               st.accumulator.at({key.block, key.head_group, TensorKind::kLse}),
                types_.Of(TensorKind::kLse), key.block);
     }
   }
