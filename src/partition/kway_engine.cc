@@ -14,6 +14,7 @@ KwayEngine::KwayEngine(const KwayProblem& problem)
       state_(problem.graph, problem.k, std::vector<int32_t>(problem.graph.n_vertices(), -1)),
       rng_(problem.seed),
       in_subset_(problem.graph.n_vertices(), 0),
+      active_(problem.graph.n_vertices(), 0),
       data_of_part_(problem.k),
       unit_pins_(problem.graph.n_nets(), 0),
       row_weight_on_(problem.k, 0),
@@ -42,10 +43,12 @@ KwayResult KwayEngine::Run(const KwayStart& start, int rounds, int fm_passes) {
       for (int32_t v : subset_) state_.Assign(v, (*start.given)[v]);
       break;
   }
+  ActivateAll();
   for (int r = 0; r < rounds; ++r) {
     if (!RefineRound()) break;
   }
   Repair();
+  ActivateAll();
   for (int r = 0; r < rounds / 4; ++r) {
     if (!RefineRound()) break;
   }
@@ -114,10 +117,27 @@ void KwayEngine::Candidates(int32_t v, std::vector<int32_t>* out) const {
   std::sort(out->begin(), out->end());
 }
 
-// Moves v to part `to`, keeping data_of_part_ current.
+// Moves v to part `to`, keeping data_of_part_ current. Activates the pins of each net whose span
+// the move changed (it left `from` or reached `to`): their candidate parts changed; and the last
+// pin of a net on `from`, which may now gain by leaving.
 void KwayEngine::MoveVertex(int32_t v, int32_t to) {
+  const int32_t from = state_.part(v);
   state_.Move(v, to);
   if (!IsCompute(v)) data_of_part_[to].push_back(v);
+  for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
+    const int32_t n = g_.incident[i];
+    const int32_t left = state_.pins(n, from);
+    const bool span_changed = left == 0 || state_.pins(n, to) == 1;
+    if (!span_changed && left != 1) continue;
+    for (int32_t j = g_.net_begin[n]; j < g_.net_begin[n + 1]; ++j) {
+      const int32_t u = g_.pins[j];
+      if (span_changed || state_.part(u) == from) active_[u] = 1;
+    }
+  }
+}
+
+void KwayEngine::ActivateAll() {
+  for (int32_t v : subset_) active_[v] = 1;
 }
 
 }  // namespace dcp::internal

@@ -38,6 +38,7 @@ class KwayEngine {
   std::vector<int32_t> RowTiles(int32_t d) const;
   void Candidates(int32_t v, std::vector<int32_t>* out) const;
   void MoveVertex(int32_t v, int32_t to);
+  void ActivateAll();
 
   // --- Starts (kway_initial.cc) ---
   void GeometricPlacement(double stretch_factor);
@@ -67,6 +68,9 @@ class KwayEngine {
   PartitionState state_;
   std::mt19937_64 rng_;
   std::vector<char> in_subset_;
+  // The vertices a RefineRound visits: all at the start of a refinement, then those whose
+  // candidate parts or gains a move may have changed since their last visit (MoveVertex).
+  std::vector<char> active_;
   std::vector<int32_t> data_vertices_;  // of the subset
   // Per part, its data vertices (SwapData's partners), listed at each RefineRound and appended to
   // as data vertices move; an entry whose vertex has left the part since is skipped.

@@ -30,6 +30,8 @@ bool KwayEngine::RefineRound() {
   bool moved = false;
   std::vector<int32_t> candidates;
   for (int32_t v : order) {
+    if (!active_[v]) continue;
+    active_[v] = 0;
     const int32_t from = state_.part(v);
     Candidates(v, &candidates);
     int32_t best = -1;

@@ -577,15 +577,15 @@ TEST(CliDevices, MustMatchTheTopologyWhenBothAreGiven) {
 // with --json, and none when stderr is not a terminal.
 TEST(CliPlan, ShowsProgressOnATerminalOnly) {
   if (std::system("command -v script > /dev/null 2>&1") != 0) GTEST_SKIP() << "no `script`";
-#ifdef DCP_SANITIZE  // 10-30 times slower: a quarter of the batch still takes seconds
-  const std::vector<std::string> batch = {"--scale", "4", "--tokens", "262144", "--topology", "8x8"};
-#else
-  const std::vector<std::string> batch = {"--scale", "8", "--tokens", "1048576", "--topology",
-                                          "16x8"};
+#ifdef DCP_SANITIZE  // 10-30 times slower: a small batch still takes seconds
+  const std::vector<std::string> batch = {"--scale", "4", "--tokens", "262144", "--topology", "8x8",
+                                          "--block-size", "1024"};
+#else  // about 4 s on 2 cores
+  const std::vector<std::string> batch = {"--scale", "32", "--tokens", "4194304", "--topology",
+                                          "32x8", "--block-size", "2048"};
 #endif
-  std::vector<std::string> args = {"plan",          "--dataset",   "ldc", "--block-size",
-                                   "1024",          "--eps-compute", "0.1", "--eps-inter",
-                                   "0.4",           "--dcp-only",  "--threads", "1"};
+  std::vector<std::string> args = {"plan",        "--dataset", "ldc",        "--eps-compute", "0.1",
+                                   "--eps-inter", "0.4",       "--dcp-only", "--threads",     "1"};
   args.insert(args.end(), batch.begin(), batch.end());
   const auto on_terminal = [&](std::vector<std::string> a) {
     return dcp::testing::RunCommand("script -qec " + dcp::testing::ShellQuote(dcp::testing::DcpCommand(a)) +
@@ -593,8 +593,8 @@ TEST(CliPlan, ShowsProgressOnATerminalOnly) {
   };
   const CliRun tty = on_terminal(args);
   ASSERT_EQ(tty.exit_code, 0) << tty.err;
-  EXPECT_NE(tty.out.find("\rdcp: planning: placement"), std::string::npos) << tty.out;
-  EXPECT_NE(tty.out.find("plan: dcp 1024:0.1/0.4"), std::string::npos) << tty.out;
+  EXPECT_NE(tty.out.find("\rdcp: planning: "), std::string::npos) << tty.out;
+  EXPECT_NE(tty.out.find("plan: dcp "), std::string::npos) << tty.out;
   std::vector<std::string> json = args;
   json.push_back("--json");
   EXPECT_EQ(on_terminal(json).out.find("dcp: planning:"), std::string::npos);
