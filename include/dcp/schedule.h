@@ -29,6 +29,9 @@ struct ScheduleOptions {
   double intra_node_bytes_per_s = 450e9;  // per device, per direction
   double inter_node_bytes_per_s = 50e9;   // per node, shared by its devices
   double division_overhead_s = 30e-6;     // fixed cost of a division: launches, waits, a kernel
+  // Threads pricing the division counts at once (1 to PartitionOptions::kMaxThreads); the
+  // schedule does not depend on it.
+  int32_t threads = 1;
 
   Status Validate() const;
 };

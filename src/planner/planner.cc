@@ -133,6 +133,7 @@ Status ScheduleAndCompile(const Batch& batch, const PlanOptions& options, int32_
   Stopwatch watch;
   ScheduleOptions scheduler = SchedulerOptionsFor(options);
   scheduler.divisions = divisions;
+  scheduler.threads = options.threads;
   DCP_ASSIGN_OR_RETURN(
       Schedule schedule,
       options.division_choice == DivisionChoice::kSimulate

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "dcp/schedule.h"
+#include "util/parallel.h"
 
 namespace dcp {
 namespace {
@@ -343,6 +344,10 @@ Status ScheduleOptions::Validate() const {
     return Status::InvalidArgument(
         fmt::format("division_overhead_s={} is negative", division_overhead_s));
   }
+  if (threads < 1 || threads > PartitionOptions::kMaxThreads) {
+    return Status::InvalidArgument(
+        fmt::format("threads={} is not in [1, {}]", threads, PartitionOptions::kMaxThreads));
+  }
   return Status::Ok();
 }
 
@@ -364,23 +369,31 @@ Result<Schedule> ScheduleDivisions(const BlockSet& blocks, const Placement& plac
   }
   const int32_t first = options.divisions > 0 ? options.divisions : 2;
   const int32_t last = options.divisions > 0 ? options.divisions : kMaxDivisions;
-  Schedule best;
-  double best_time = 0;
-  // Every division count, with equal and with hiding division sizes: the shortest modelled time.
+  // Every division count, with equal and with hiding division sizes, priced on the threads; the
+  // shortest modelled time wins, the first in this order among equals.
+  struct Layout {
+    int32_t n;
+    bool hiding;
+  };
+  std::vector<Layout> layouts;
   for (int32_t n = first; n <= last; ++n) {
-    for (bool hiding : {false, true}) {
-      Schedule s{.n_divisions = n,
-                 .compute_division = hiding ? scheduler.AssignHiding(n) : scheduler.Assign(n),
-                 .transfers = {},
-                 .reduce_in_node = true};
-      s.transfers = scheduler.Route(scheduler.Needs(s.compute_division));
-      const double time = scheduler.ModelledTime(s.compute_division, s.transfers, n);
-      if (best.compute_division.empty() || time < best_time) {
-        best = std::move(s);
-        best_time = time;
-      }
-    }
+    for (bool hiding : {false, true}) layouts.push_back({n, hiding});
   }
+  const auto make = [&](const Layout& layout) {
+    Schedule s{.n_divisions = layout.n,
+               .compute_division =
+                   layout.hiding ? scheduler.AssignHiding(layout.n) : scheduler.Assign(layout.n),
+               .transfers = {},
+               .reduce_in_node = true};
+    s.transfers = scheduler.Route(scheduler.Needs(s.compute_division));
+    return s;
+  };
+  std::vector<double> time(layouts.size());
+  internal::ParallelFor(static_cast<int32_t>(layouts.size()), options.threads, [&](int32_t i) {
+    const Schedule s = make(layouts[i]);
+    time[i] = scheduler.ModelledTime(s.compute_division, s.transfers, s.n_divisions);
+  });
+  Schedule best = make(layouts[std::min_element(time.begin(), time.end()) - time.begin()]);
   // The schedule's order: by division, then phase (relays forward after they receive).
   std::sort(best.transfers.begin(), best.transfers.end(), [](const Transfer& a, const Transfer& b) {
     return std::tie(a.division, a.phase, a.source, a.destination, a.block, a.head_group, a.side) <

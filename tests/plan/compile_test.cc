@@ -103,6 +103,32 @@ TEST(ScheduleDivisions, RejectsOneDivisionWhenTilesNeedRemoteData) {
   EXPECT_NE(schedule.status().message().find("divisions=1"), std::string::npos);
 }
 
+// The division count is priced on threads; the schedule is the same on any number of them.
+TEST(ScheduleDivisions, SchedulesAlikeOnAnyThreadCount) {
+  auto batch = Batch::Create({9000, 5000, 3000, 1200}, {MaskSpec{}}, AttentionShape{});
+  auto blocks = MakeBlocks(*batch, {.block_size = 256});
+  const Topology topology{.nodes = 2, .devices_per_node = 4};
+  auto placed = PartitionBlocks(*blocks, topology, {});
+  ASSERT_TRUE(placed.ok());
+  auto one = ScheduleDivisions(*blocks, placed->placement, topology, {.threads = 1});
+  ASSERT_TRUE(one.ok());
+  for (int32_t threads : {2, 3, 8}) {
+    auto many = ScheduleDivisions(*blocks, placed->placement, topology, {.threads = threads});
+    ASSERT_TRUE(many.ok());
+    EXPECT_EQ(many->n_divisions, one->n_divisions);
+    EXPECT_EQ(many->compute_division, one->compute_division);
+    ASSERT_EQ(many->transfers.size(), one->transfers.size());
+    for (size_t i = 0; i < one->transfers.size(); ++i) {
+      const Transfer &a = one->transfers[i], &b = many->transfers[i];
+      EXPECT_TRUE(a.block == b.block && a.head_group == b.head_group && a.side == b.side &&
+                  a.source == b.source && a.destination == b.destination &&
+                  a.division == b.division && a.phase == b.phase)
+          << "transfer " << i << " on " << threads << " threads";
+    }
+  }
+  EXPECT_FALSE(ScheduleDivisions(*blocks, placed->placement, topology, {.threads = 0}).ok());
+}
+
 TEST(ScheduleDivisions, PutsTilesWithOnlyLocalInputsInDivisionZero) {
   auto batch = Batch::Create({4096, 3000, 1000}, {MaskSpec{}}, AttentionShape{});
   auto blocks = MakeBlocks(*batch, {.block_size = 512});
