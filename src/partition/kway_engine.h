@@ -68,8 +68,9 @@ class KwayEngine {
   PartitionState state_;
   std::mt19937_64 rng_;
   std::vector<char> in_subset_;
-  // The vertices a RefineRound visits: all at the start of a refinement, then those whose
-  // candidate parts or gains a move may have changed since their last visit (MoveVertex).
+  // The tiles a RefineRound visits: all at the start of a refinement, then those whose candidate
+  // parts or gains a move may have changed since their last visit (MoveVertex) and those a cap
+  // kept from a candidate part. (Data vertices are visited every round.)
   std::vector<char> active_;
   std::vector<int32_t> data_vertices_;  // of the subset
   // Per part, its data vertices (SwapData's partners), listed at each RefineRound and appended to

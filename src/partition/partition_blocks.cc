@@ -128,10 +128,10 @@ std::vector<int32_t> SolveWholeRows(const internal::KwayProblem& problem, int64_
   constexpr double kAnnealRowsLinear = 1024;
   // Larger subsets anneal runs of rows instead, about kRowVerticesPerPart per part (within
   // [kMinRowVertices, kMaxRowVertices]): a step costs the degree of its vertex, which grows with
-  // the rows, so whole rows of a 1M-token batch took a second to anneal; with fewer, coarser
-  // vertices each gets more steps, and the placements moved fewer bytes (LDC 1M tokens on 16x8,
-  // 512K on 4x8, 4M on 32x8).
-  constexpr int64_t kRowVerticesPerPart = 8, kMinRowVertices = 128, kMaxRowVertices = 1024;
+  // the rows, so whole rows of a 1M-token batch took a second to anneal on 16 nodes. Fewer
+  // vertices per part cost bytes where parts are many (8 per part moved 30% more inter-node bytes
+  // on 8M tokens over 64 nodes than 16 per part).
+  constexpr int64_t kRowVerticesPerPart = 16, kMinRowVertices = 128, kMaxRowVertices = 1024;
   const Hypergraph& g = problem.graph;
   const int64_t row_vertices =
       std::clamp(kRowVerticesPerPart * problem.k, kMinRowVertices, kMaxRowVertices);
