@@ -5,12 +5,13 @@
 plan quality, on 1 and on 2 threads (the placement, and so the plan, is the same on any thread
 count: the script checks that the plan files are byte-identical).
 
-Every value is pinned (block size, tolerances 0.1/0.4, the cost-model division count, no other
-strategies), as the issue's targets are for one pass; the default plan's tuning runs several such
+Every value is pinned (block size, tolerances 0.1/0.4 or --eps, the cost-model division count, no
+other strategies), as the issue's targets are for one pass; the default plan's tuning runs several such
 passes on the threads at once. Batches: `--dataset ldc --seed 1 --mask causal`, whose LDC-like
 lengths grow with --scale.
 
-    bench/planning_scale.py --dcp build/dcp [--quick] [--threads 1 2] > table.md
+    bench/planning_scale.py --dcp build/dcp [--quick | --max-tokens N] [--threads 1 2]
+                            [--eps COMPUTE INTER] > table.md
 
 Standard library only; prints a markdown table (and the commands) to stdout, progress to stderr.
 """
@@ -31,14 +32,15 @@ SERIES = [
     (8388608, 32, "64x8", 1024, None, 2),
     (16777216, 64, "128x8", 1024, 30.0, 2),
 ]
-PINNED = ["--eps-compute", "0.1", "--eps-inter", "0.4", "--dcp-only", "--divisions", "auto"]
+PINNED = ["--dcp-only", "--divisions", "auto"]
 
 
-def plan(dcp, tokens, scale, topology, block, threads, out):
+def plan(dcp, tokens, scale, topology, block, threads, eps, out):
     """Runs one pinned `dcp plan --json`; returns (its JSON, wall s, peak RSS bytes, command)."""
     command = [dcp, "plan", "--dataset", "ldc", "--seed", "1", "--mask", "causal",
                "--scale", str(scale), "--tokens", str(tokens), "--topology", topology,
-               "--block-size", str(block), "--threads", str(threads), "-o", out, "--json"]
+               "--block-size", str(block), "--threads", str(threads), "-o", out, "--json",
+               "--eps-compute", str(eps[0]), "--eps-inter", str(eps[1])]
     command += PINNED
     start = time.monotonic()
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -56,8 +58,13 @@ def main():
     parser.add_argument("--dcp", default="build/dcp", help="the dcp binary")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--quick", action="store_true", help="only batches up to 1M tokens")
+    parser.add_argument("--max-tokens", type=int, default=None, help="only batches up to this")
+    parser.add_argument("--eps", type=float, nargs=2, default=[0.1, 0.4],
+                        metavar=("COMPUTE", "INTER"),
+                        help="--eps-compute and --eps-inter of every pass (default 0.1 0.4)")
     args = parser.parse_args()
-    series = [s for s in SERIES if not args.quick or s[0] <= 1048576]
+    limit = 1048576 if args.quick else args.max_tokens
+    series = [s for s in SERIES if limit is None or s[0] <= limit]
 
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
@@ -68,7 +75,7 @@ def main():
                 print(f"planning_scale: {tokens} tokens on {topology}, {threads} thread(s)",
                       file=sys.stderr, flush=True)
                 j, wall, rss, cpu, command = plan(args.dcp, tokens, scale, topology, block,
-                                                  threads, out)
+                                                  threads, args.eps, out)
                 with open(out, "rb") as f:
                     plans[threads] = f.read()
                 rows.append(dict(tokens=tokens, topology=topology, block=block, threads=threads,
