@@ -63,6 +63,26 @@ int64_t CountBytesMoved(const BlockSet& set, const Placement& p, int64_t* inter_
   return total;
 }
 
+// NetBytesOf counted by hand for one shape: 1000 tokens, 8 query and 2 KV heads of 128 elements,
+// two head groups (4 query heads and 1 KV head each), in bf16 (2 bytes) and fp32 (4 bytes); LSE
+// and Delta are fp32 in both.
+TEST(NetBytesOf, CountsEveryTensorOfARowAndAColumn) {
+  DataBlock block;
+  block.tokens = 1000;
+  for (const auto& [dtype, e] : {std::pair{DType::kBFloat16, 2}, std::pair{DType::kFloat32, 4}}) {
+    SCOPED_TRACE(e);
+    const int64_t q = 1000 * 4 * 128 * e;  // Q, and likewise O, dO and dQ, per head group
+    const int64_t lse = 1000 * 4 * 4;      // LSE, and likewise Delta
+    const int64_t k = 1000 * 1 * 128 * e;  // K, and likewise V, dK and dV
+    const NetBytes b = NetBytesOf(
+        block, AttentionShape{.heads = 8, .kv_heads = 2, .head_dim = 128, .dtype = dtype}, 2);
+    EXPECT_EQ(b.row_fwd, /*Q in*/ q + /*O and LSE out*/ q + lse);
+    EXPECT_EQ(b.row_bwd, /*Q, dO, LSE, Delta in*/ q + q + lse + lse + /*dQ out*/ q);
+    EXPECT_EQ(b.column_fwd, /*K, V in*/ k + k);
+    EXPECT_EQ(b.column_bwd, /*K, V in*/ k + k + /*dK, dV out*/ k + k);
+  }
+}
+
 TEST(EvaluatePlacement, Km1EqualsBytesCountedFromTheBlocks) {
   const char* masks[] = {"causal", "lambda:sink=8,window=100", "full", "documents:count=3"};
   for (uint64_t seed = 0; seed < 200; ++seed) {
