@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <set>
 #include <tuple>
@@ -99,6 +100,24 @@ TEST(EvaluatePlacement, Km1EqualsBytesCountedFromTheBlocks) {
     EXPECT_EQ(report->km1_bytes, CountBytesMoved(set, p, &inter, topology));
     EXPECT_EQ(report->bytes_inter_node, inter);
     EXPECT_EQ(report->bytes_intra_node, report->km1_bytes - report->bytes_inter_node);
+    // The imbalances, from the blocks each device holds (max / mean; 1 when all are zero).
+    std::vector<int64_t> flops(topology.devices(), 0), bytes(topology.devices(), 0);
+    for (size_t c = 0; c < set.compute_blocks.size(); ++c) {
+      flops[p.compute_device[c].value] +=
+          set.compute_blocks[c].flops_fwd + set.compute_blocks[c].flops_bwd;
+    }
+    for (size_t d = 0; d < set.data_blocks.size(); ++d) {
+      bytes[p.data_device[d].value] += set.data_blocks[d].bytes.Total();
+    }
+    const auto max_over_mean = [](const std::vector<int64_t>& load) {
+      int64_t total = 0, most = 0;
+      for (int64_t x : load) total += x, most = std::max(most, x);
+      return total == 0 ? 1.0
+                        : static_cast<double>(most) * static_cast<double>(load.size()) /
+                              static_cast<double>(total);
+    };
+    EXPECT_NEAR(report->compute_imbalance, max_over_mean(flops), 1e-12);
+    EXPECT_NEAR(report->memory_imbalance, max_over_mean(bytes), 1e-12);
   }
 }
 
