@@ -171,6 +171,31 @@ TEST(PlanBaseline, ZigzagPairsChunksAndBalancesCausalWork) {
   for (int64_t f : flops) EXPECT_EQ(f, flops[0]);
 }
 
+// Zigzag's bytes by hand: 80 tokens on 4 devices are 8 chunks of 10, device r holding chunks r
+// and 7 - r (20 tokens). Forward, each device sends the KV of its 20 tokens to its successor in
+// each of P - 1 = 3 steps, and nothing else (queries and outputs stay). Backward, the KV goes
+// round again (3 steps of 20 tokens) and each device's partial dKV of the 20 tokens follows it:
+// 3 hops in fp32 (twice the bf16 bytes) round the ring and the last one home in bf16.
+TEST(PlanBaseline, ZigzagSendsItsTwoChunksKvToItsSuccessorInPMinusOneSteps) {
+  const Topology topology{.nodes = 1, .devices_per_node = 4};
+  const Batch batch = MakeBatch({80}, "causal", kShape);
+  auto planned = PlanBaseline(Strategy::kZigzag, batch, {.topology = topology});
+  ASSERT_TRUE(planned.ok());
+  const auto forward = Messages(planned->plan, Pass::kForward);
+  ASSERT_EQ(forward.size(), 4u);
+  for (const auto& [ends, bytes] : forward) {
+    EXPECT_EQ(ends.second, (ends.first + 1) % 4);
+    EXPECT_EQ(bytes, 3 * 20 * kKvBytesPerToken);
+  }
+  const auto backward = Messages(planned->plan, Pass::kBackward);
+  ASSERT_EQ(backward.size(), 4u);
+  for (const auto& [ends, bytes] : backward) {
+    EXPECT_EQ(ends.second, (ends.first + 1) % 4);
+    EXPECT_EQ(bytes, 3 * 20 * kKvBytesPerToken + 3 * 20 * 2 * kKvBytesPerToken +
+                         20 * kKvBytesPerToken);
+  }
+}
+
 TEST(PlanBaseline, UlyssesIsTwoAllToAllsAndNeedsDevicesToDivideKvHeads) {
   const Topology two{.nodes = 1, .devices_per_node = 2};
   const Batch batch = MakeBatch({40}, "causal", kShape);
