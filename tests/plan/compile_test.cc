@@ -3,11 +3,14 @@
 // binary format.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <tuple>
+#include <variant>
 
 #include "dcp/plan.h"
 #include "testing/cases.h"
+#include "testing/dense_mask.h"
 #include "testing/random_plans.h"
 
 namespace dcp {
@@ -46,6 +49,83 @@ TEST(CompilePlan, PlansOfRandomBatchesPassTheValidator) {
     const Status valid = ValidatePlan(*plan);
     ASSERT_TRUE(valid.ok()) << valid.ToString();
   }
+}
+
+// Plans exact to the cell: every tile of every program, rebuilt cell by cell from its slices,
+// allows exactly the cells the batch's mask allows over the tile's rectangle (the dense reference
+// of docs/mask_spec.md, tests/testing/dense_mask.h), no cell twice, and as many as its area; every
+// compute block is computed once per pass; the plan's compute-block table is the BlockSet's.
+// Cases whose longest sequence is above 2048 tokens are skipped (the reference is L x L).
+TEST(CompilePlan, TilesAllowExactlyTheMaskCellsOfTheirRectangle) {
+  int checked = 0;
+  for (uint64_t seed = 0; seed < testing::RandomCases(200); ++seed) {
+    const RandomPlanCase c = MakeCase(seed);
+    if (*std::max_element(c.lengths.begin(), c.lengths.end()) > 2048) continue;
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << ", block " << c.block_size
+                                      << ", mask " << c.mask);
+    Result<Batch> batch = c.MakeBatch();
+    ASSERT_TRUE(batch.ok());
+    Result<BlockSet> blocks =
+        MakeBlocks(*batch, {.block_size = c.block_size, .head_groups = c.head_groups});
+    Result<Plan> plan = CompileCase(c);
+    ASSERT_TRUE(blocks.ok() && plan.ok());
+    ASSERT_EQ(plan->compute_blocks.size(), blocks->compute_blocks.size());
+    for (size_t i = 0; i < blocks->compute_blocks.size(); ++i) {
+      const ComputeBlock& want = blocks->compute_blocks[i];
+      const PlanComputeBlock& got = plan->compute_blocks[i];
+      EXPECT_TRUE(got.q_block == want.q_block && got.kv_block == want.kv_block &&
+                  got.head_group == want.head_group && got.area == want.area)
+          << "compute block " << i;
+    }
+    std::vector<testing::DenseMask> dense;
+    for (size_t s = 0; s < batch->seqlens().size(); ++s) {
+      dense.push_back(testing::DenseFromSpec(batch->mask_specs()[s], batch->seqlens()[s]));
+    }
+    for (const std::vector<Program>* programs : {&plan->forward, &plan->backward}) {
+      std::vector<int> computed(plan->compute_blocks.size(), 0);
+      for (const Program& program : *programs) {
+        for (const Instruction& instruction : program.instructions) {
+          const auto* attention = std::get_if<BlockwiseAttention>(&instruction);
+          if (attention == nullptr) continue;
+          for (const AttentionTile& tile : attention->tiles) {
+            const PlanComputeBlock& cb = plan->compute_blocks[tile.block.value];
+            const PlanBlock& q = plan->blocks[cb.q_block.value];
+            const PlanBlock& kv = plan->blocks[cb.kv_block.value];
+            ++computed[tile.block.value];
+            std::vector<char> cells(static_cast<size_t>(q.tokens * kv.tokens), 0);
+            int64_t area = 0;
+            for (const Slice& slice : tile.slices) {
+              ASSERT_TRUE(slice.row_begin >= 0 && slice.row_end <= q.tokens);
+              for (int64_t i = slice.row_begin; i < slice.row_end; ++i) {
+                for (int64_t k = std::max<int64_t>(0, slice.lo.At(i));
+                     k < std::min(kv.tokens, slice.hi.At(i)); ++k) {
+                  char& cell = cells[static_cast<size_t>(i * kv.tokens + k)];
+                  ASSERT_EQ(cell, 0) << "cell (" << i << ", " << k << ") twice";
+                  cell = 1;
+                  ++area;
+                }
+              }
+            }
+            EXPECT_EQ(area, cb.area) << "compute block " << tile.block.value;
+            const testing::DenseMask& mask = dense[q.sequence.value];
+            for (int64_t i = 0; i < q.tokens; ++i) {
+              for (int64_t k = 0; k < kv.tokens; ++k) {
+                ASSERT_EQ(cells[static_cast<size_t>(i * kv.tokens + k)] != 0,
+                          mask.allowed(q.token_begin + i, kv.token_begin + k))
+                    << "compute block " << tile.block.value << ", cell (" << i << ", " << k
+                    << ")";
+              }
+            }
+          }
+        }
+      }
+      for (size_t b = 0; b < computed.size(); ++b) {
+        EXPECT_EQ(computed[b], 1) << "compute block " << b;
+      }
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, static_cast<int>(testing::RandomCases(200) / 2));
 }
 
 TEST(CompilePlan, PlansRoundTripThroughTheBinaryFormat) {
