@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
@@ -149,7 +150,8 @@ class ProgressLine {
 
  private:
   void Show(std::string_view phase, int64_t done, int64_t total) {
-    const double seconds = clock_.Seconds();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     if (seconds < 1 || seconds - last_ < 0.2) return;
     last_ = seconds;
     const std::string line =
@@ -161,11 +163,7 @@ class ProgressLine {
     shown_ = true;
   }
 
-  struct Clock {
-    internal::Stopwatch watch;
-    double Seconds() { return (elapsed_ms += watch.Lap()) / 1e3; }
-    double elapsed_ms = 0;
-  } clock_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   PlanningMonitor monitor_;
   bool enabled_;
   bool shown_ = false;
