@@ -196,6 +196,47 @@ TEST(PlanBaseline, ZigzagSendsItsTwoChunksKvToItsSuccessorInPMinusOneSteps) {
   }
 }
 
+// TransformerEngine's bytes by hand, 64 causal tokens on 1x4 with 4 query and 2 KV heads: h = 2
+// head ranks, 2 context ranks, 4 zigzag chunks of 16 tokens (position 0 holds chunks 0 and 3,
+// position 1 chunks 1 and 2), each cut into 2 sub-chunks of 8 tokens owned by devices 2p and
+// 2p + 1 in turn: every device owns 16 tokens. Per token and head group: Q, O, dO and dQ 32 bytes
+// (2 heads x 8 x bf16), KV and dKV 32 (1 KV head x K, V x 8 x bf16), LSE and Delta 8 (2 x fp32).
+//  - a2a partners (devices 2p, 2p + 1), forward: the sender's 16 tokens of the partner's head
+//    group, Q and KV (16 x 64), and O + LSE of the partner's 16 tokens computed for the sender's
+//    head group (16 x 40): 1664. Backward: Q, dO, LSE, Delta and KV in (16 x 112), dQ back
+//    (16 x 32; the partial dKV goes round the ring instead): 2304.
+//  - the ring (2p + g to the other position's device of head g), forward: the KV of the
+//    position's 32 tokens for head group g (32 x 32): 1024. Backward: that KV again (1024), the
+//    partial dKV of those 32 tokens carried on in fp32 (32 x 64), and the partial dKV the sender
+//    ends with, of the receiver's 16 tokens, home in bf16 (16 x 32): 3584.
+//  - the other device of the other position: backward only, that last partial dKV home for its
+//    16 tokens: 512.
+TEST(PlanBaseline, TeBytesBetweenEveryPairOfDevicesCountedByHand) {
+  const Topology topology{.nodes = 1, .devices_per_node = 4};
+  const Batch batch = MakeBatch({64}, "causal", kShape);
+  auto planned = PlanBaseline(Strategy::kTe, batch, {.topology = topology});
+  ASSERT_TRUE(planned.ok());
+  const auto forward = Messages(planned->plan, Pass::kForward);
+  const auto backward = Messages(planned->plan, Pass::kBackward);
+  EXPECT_EQ(forward.size(), 8u);
+  EXPECT_EQ(backward.size(), 12u);
+  for (int32_t from = 0; from < 4; ++from) {
+    for (int32_t to = 0; to < 4; ++to) {
+      if (from == to) continue;
+      SCOPED_TRACE(::testing::Message() << from << " -> " << to);
+      const bool partners = from / 2 == to / 2, ring = from % 2 == to % 2;
+      const auto sent = [&](const auto& messages) {
+        const auto it = messages.find({from, to});
+        return it == messages.end() ? int64_t{0} : it->second;
+      };
+      EXPECT_EQ(sent(forward), partners ? 16 * (32 + 32) + 16 * (32 + 8) : ring ? 32 * 32 : 0);
+      EXPECT_EQ(sent(backward), partners ? 16 * (32 + 32 + 8 + 8 + 32) + 16 * 32
+                                : ring     ? 32 * 32 + 32 * 64 + 16 * 32
+                                           : 16 * 32);
+    }
+  }
+}
+
 TEST(PlanBaseline, UlyssesIsTwoAllToAllsAndNeedsDevicesToDivideKvHeads) {
   const Topology two{.nodes = 1, .devices_per_node = 2};
   const Batch batch = MakeBatch({40}, "causal", kShape);
