@@ -237,6 +237,43 @@ TEST(PlanBaseline, TeBytesBetweenEveryPairOfDevicesCountedByHand) {
   }
 }
 
+// LoongTrain's bytes by hand, 64 causal tokens on 1x4, one KV head (h = 1), inner rings of 2: 8
+// zigzag chunks of 8 tokens, device d holding chunks d and 7 - d; K and V are 32 bytes a token.
+// Forward, KV only: step 1 each device sends its 16 tokens to its inner-ring partner, step 2 to
+// the same slot of the other inner ring, step 3 the partner forwards what it got at step 2: 1024
+// bytes to the partner, 512 across, nothing diagonally. Backward: the same KV again, and each
+// device returns its partial dKV of every chunk it read (chunks up to its later query chunk,
+// 7 - d) to the chunk's owner, in bf16 (256 bytes a chunk): the owner sends its KV to two
+// devices, so no chain of carries starts.
+TEST(PlanBaseline, LoongTrainBytesBetweenEveryPairOfDevicesCountedByHand) {
+  const Topology topology{.nodes = 1, .devices_per_node = 4};
+  const AttentionShape mha{.heads = 4, .kv_heads = 1, .head_dim = 8, .dtype = DType::kBFloat16};
+  const Batch batch = MakeBatch({64}, "causal", mha);
+  auto planned =
+      PlanBaseline(Strategy::kLoongTrain, batch, {.topology = topology, .inner_ring = 2});
+  ASSERT_TRUE(planned.ok());
+  const auto forward = Messages(planned->plan, Pass::kForward);
+  const auto backward = Messages(planned->plan, Pass::kBackward);
+  const auto owner = [](int32_t chunk) { return chunk < 4 ? chunk : 7 - chunk; };
+  for (int32_t from = 0; from < 4; ++from) {
+    for (int32_t to = 0; to < 4; ++to) {
+      if (from == to) continue;
+      SCOPED_TRACE(::testing::Message() << from << " -> " << to);
+      const auto sent = [&](const auto& messages) {
+        const auto it = messages.find({from, to});
+        return it == messages.end() ? int64_t{0} : it->second;
+      };
+      const int64_t kv = from / 2 == to / 2 ? 2 * 16 * 32 : from % 2 == to % 2 ? 16 * 32 : 0;
+      int64_t returned = 0;
+      for (int32_t chunk = 0; chunk <= 7 - from; ++chunk) {
+        if (owner(chunk) == to) returned += 8 * 32;
+      }
+      EXPECT_EQ(sent(forward), kv);
+      EXPECT_EQ(sent(backward), kv + returned);
+    }
+  }
+}
+
 TEST(PlanBaseline, UlyssesIsTwoAllToAllsAndNeedsDevicesToDivideKvHeads) {
   const Topology two{.nodes = 1, .devices_per_node = 2};
   const Batch batch = MakeBatch({40}, "causal", kShape);
