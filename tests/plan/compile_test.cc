@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "dcp/plan.h"
+#include "dcp/planner.h"
 #include "testing/cases.h"
 #include "testing/dense_mask.h"
 #include "testing/random_plans.h"
@@ -126,6 +127,31 @@ TEST(CompilePlan, TilesAllowExactlyTheMaskCellsOfTheirRectangle) {
     ++checked;
   }
   EXPECT_GT(checked, static_cast<int>(testing::RandomCases(200) / 2));
+}
+
+// peak_buffer_bytes by hand: 256 causal tokens in 2 blocks of 128 on one device, 4 query and 2
+// KV heads of 8, bf16. Per block, forward: Q 128 x 4 x 8 x 2 = 8192, KV 128 x 2 x 2 x 8 x 2 =
+// 8192, the O accumulator in fp32 16384 and its LSE 128 x 4 x 4 = 2048, the O output in bf16 8192
+// and its LSE 2048: 45056. Backward: Q, KV, O, dO 8192 each, LSE and Delta 2048 each, the dQ and
+// dKV accumulators in fp32 16384 each, the dQ and dKV outputs 8192 each: 86016. The device's peak
+// is the larger program's.
+TEST(CompilePlan, PeakBufferBytesCountedByHand) {
+  auto batch = Batch::Create({256}, {MaskSpec{}},
+                             AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 8});
+  ASSERT_TRUE(batch.ok());
+  auto blocks = MakeBlocks(*batch, {.block_size = 128});
+  const Topology one{.nodes = 1, .devices_per_node = 1};
+  auto placed = PartitionBlocks(*blocks, one, {});
+  ASSERT_TRUE(blocks.ok() && placed.ok());
+  auto schedule = ScheduleDivisions(*blocks, placed->placement, one, {});
+  ASSERT_TRUE(schedule.ok());
+  auto plan = CompilePlan(*batch, *blocks, placed->placement, *schedule, one);
+  ASSERT_TRUE(plan.ok());
+  const int64_t forward = 2 * (8192 + 8192 + 16384 + 2048 + 8192 + 2048);
+  const int64_t backward = 2 * (4 * 8192 + 2 * 2048 + 2 * 16384 + 2 * 8192);
+  EXPECT_EQ(plan->forward[0].PeakBufferBytes(), forward);
+  EXPECT_EQ(plan->backward[0].PeakBufferBytes(), backward);
+  EXPECT_EQ(PeakBufferBytesPerDevice(*plan), std::vector<int64_t>{backward});
 }
 
 TEST(CompilePlan, PlansRoundTripThroughTheBinaryFormat) {
