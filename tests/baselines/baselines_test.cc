@@ -110,6 +110,23 @@ std::map<std::pair<int32_t, int32_t>, int64_t> Messages(const Plan& plan, Pass p
   return messages;
 }
 
+// Bytes `from` sends `to` in `messages` (0 when nothing).
+int64_t Sent(const std::map<std::pair<int32_t, int32_t>, int64_t>& messages, int32_t from,
+             int32_t to) {
+  const auto it = messages.find({from, to});
+  return it == messages.end() ? int64_t{0} : it->second;
+}
+
+// A ring's messages: each of `devices` devices sends `bytes` to its successor, and nothing else.
+void ExpectOnlyToSuccessors(const std::map<std::pair<int32_t, int32_t>, int64_t>& messages,
+                            int32_t devices, int64_t bytes) {
+  ASSERT_EQ(messages.size(), static_cast<size_t>(devices));
+  for (const auto& [ends, sent] : messages) {
+    EXPECT_EQ(ends.second, (ends.first + 1) % devices);
+    EXPECT_EQ(sent, bytes);
+  }
+}
+
 const AttentionShape kShape{.heads = 4, .kv_heads = 2, .head_dim = 8, .dtype = DType::kBFloat16};
 constexpr int64_t kKvBytesPerToken = 2 * 2 * 8 * 2;  // K and V, 2 KV heads, d 8, bf16
 constexpr int64_t kQBytesPerToken = 4 * 8 * 2;
@@ -123,24 +140,15 @@ TEST(PlanBaseline, RingPassesKvToTheNextDeviceInPMinusOneSteps) {
   EXPECT_EQ(planned->padded_tokens, 0);
   // Every device sends the KV of one chunk of each sequence (16 + 8 tokens) in each of 3 steps,
   // and only to its successor; queries and outputs never move.
-  const auto messages = Messages(planned->plan, Pass::kForward);
-  ASSERT_EQ(messages.size(), 4u);
-  for (const auto& [ends, bytes] : messages) {
-    EXPECT_EQ(ends.second, (ends.first + 1) % 4);
-    EXPECT_EQ(bytes, 3 * 24 * kKvBytesPerToken);
-  }
+  ExpectOnlyToSuccessors(Messages(planned->plan, Pass::kForward), 4, 3 * 24 * kKvBytesPerToken);
   // Backward: KV goes round the ring again and partial dKV follows it hop by hop, back home to
   // its owner from the last hop: still only to the successor. Each device sends the KV of 24
   // tokens in each of 3 steps; every chunk's partial dKV makes 4 hops (3 in fp32 round the
   // ring, the last one home in the storage dtype), so each device sends 3 fp32 and 1 bf16 dKV
   // hop of 24 tokens.
-  const auto backward = Messages(planned->plan, Pass::kBackward);
-  ASSERT_EQ(backward.size(), 4u);
-  for (const auto& [ends, bytes] : backward) {
-    EXPECT_EQ(ends.second, (ends.first + 1) % 4);
-    EXPECT_EQ(bytes, 3 * 24 * kKvBytesPerToken + 3 * 24 * 2 * kKvBytesPerToken +
-                         24 * kKvBytesPerToken);
-  }
+  ExpectOnlyToSuccessors(Messages(planned->plan, Pass::kBackward), 4,
+                         3 * 24 * kKvBytesPerToken + 3 * 24 * 2 * kKvBytesPerToken +
+                             24 * kKvBytesPerToken);
   // Chunk r of every sequence is on device r.
   for (size_t b = 0; b < planned->blocks.data_blocks.size(); ++b) {
     EXPECT_EQ(planned->placement.data_device[b].value,
@@ -181,19 +189,10 @@ TEST(PlanBaseline, ZigzagSendsItsTwoChunksKvToItsSuccessorInPMinusOneSteps) {
   const Batch batch = MakeBatch({80}, "causal", kShape);
   auto planned = PlanBaseline(Strategy::kZigzag, batch, {.topology = topology});
   ASSERT_TRUE(planned.ok());
-  const auto forward = Messages(planned->plan, Pass::kForward);
-  ASSERT_EQ(forward.size(), 4u);
-  for (const auto& [ends, bytes] : forward) {
-    EXPECT_EQ(ends.second, (ends.first + 1) % 4);
-    EXPECT_EQ(bytes, 3 * 20 * kKvBytesPerToken);
-  }
-  const auto backward = Messages(planned->plan, Pass::kBackward);
-  ASSERT_EQ(backward.size(), 4u);
-  for (const auto& [ends, bytes] : backward) {
-    EXPECT_EQ(ends.second, (ends.first + 1) % 4);
-    EXPECT_EQ(bytes, 3 * 20 * kKvBytesPerToken + 3 * 20 * 2 * kKvBytesPerToken +
-                         20 * kKvBytesPerToken);
-  }
+  ExpectOnlyToSuccessors(Messages(planned->plan, Pass::kForward), 4, 3 * 20 * kKvBytesPerToken);
+  ExpectOnlyToSuccessors(Messages(planned->plan, Pass::kBackward), 4,
+                         3 * 20 * kKvBytesPerToken + 3 * 20 * 2 * kKvBytesPerToken +
+                             20 * kKvBytesPerToken);
 }
 
 // TransformerEngine's bytes by hand, 64 causal tokens on 1x4 with 4 query and 2 KV heads: h = 2
@@ -225,14 +224,11 @@ TEST(PlanBaseline, TeBytesBetweenEveryPairOfDevicesCountedByHand) {
       if (from == to) continue;
       SCOPED_TRACE(::testing::Message() << from << " -> " << to);
       const bool partners = from / 2 == to / 2, ring = from % 2 == to % 2;
-      const auto sent = [&](const auto& messages) {
-        const auto it = messages.find({from, to});
-        return it == messages.end() ? int64_t{0} : it->second;
-      };
-      EXPECT_EQ(sent(forward), partners ? 16 * (32 + 32) + 16 * (32 + 8) : ring ? 32 * 32 : 0);
-      EXPECT_EQ(sent(backward), partners ? 16 * (32 + 32 + 8 + 8 + 32) + 16 * 32
-                                : ring     ? 32 * 32 + 32 * 64 + 16 * 32
-                                           : 16 * 32);
+      EXPECT_EQ(Sent(forward, from, to),
+                partners ? 16 * (32 + 32) + 16 * (32 + 8) : ring ? 32 * 32 : 0);
+      EXPECT_EQ(Sent(backward, from, to), partners ? 16 * (32 + 32 + 8 + 8 + 32) + 16 * 32
+                                          : ring   ? 32 * 32 + 32 * 64 + 16 * 32
+                                                   : 16 * 32);
     }
   }
 }
@@ -259,17 +255,13 @@ TEST(PlanBaseline, LoongTrainBytesBetweenEveryPairOfDevicesCountedByHand) {
     for (int32_t to = 0; to < 4; ++to) {
       if (from == to) continue;
       SCOPED_TRACE(::testing::Message() << from << " -> " << to);
-      const auto sent = [&](const auto& messages) {
-        const auto it = messages.find({from, to});
-        return it == messages.end() ? int64_t{0} : it->second;
-      };
       const int64_t kv = from / 2 == to / 2 ? 2 * 16 * 32 : from % 2 == to % 2 ? 16 * 32 : 0;
       int64_t returned = 0;
       for (int32_t chunk = 0; chunk <= 7 - from; ++chunk) {
         if (owner(chunk) == to) returned += 8 * 32;
       }
-      EXPECT_EQ(sent(forward), kv);
-      EXPECT_EQ(sent(backward), kv + returned);
+      EXPECT_EQ(Sent(forward, from, to), kv);
+      EXPECT_EQ(Sent(backward, from, to), kv + returned);
     }
   }
 }
