@@ -5,6 +5,7 @@
 // single-device reference.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "dcp/communicator.h"
@@ -47,17 +48,50 @@ Status RunPlanInProcess(const Plan& plan, BatchTensors& tensors, const ExecutorO
 
 // Single-device attention of the whole batch, computed densely per sequence in double precision
 // straight from the masks (no blocks, no plan, no kernels), with the textbook backward (dS = P *
-// (dP - rowsum(P * dP))). Reads q, k, v, d_o of `tensors`, writes o, lse, dq, dk, dv. Fully masked
-// rows give O = 0, LSE = -inf and zero gradients. REQUIRES: tensors sized for the batch.
+// (dP - Delta)), Delta = rowsum(dO * O) of O as stored in the batch's dtype: the backward of a
+// stored forward, as dcp and FlashAttention compute it. Reads q, k, v, d_o of `tensors`, writes
+// o, lse, dq, dk, dv. Fully masked rows give O = 0, LSE = -inf and zero gradients. REQUIRES:
+// tensors sized for the batch.
 void DenseAttention(const Batch& batch, double softmax_scale, BatchTensors& tensors);
 
-// Error of `actual` against `expected`: the largest absolute difference, and that divided by the
-// largest |expected| (norm-relative). Entries that are -inf in both count as equal; -inf in only
-// one is an infinite error.
+// How far an output of a run may be from DenseAttention's, element by element:
+// |actual - expected| <= atol + rtol * |expected|. OutputTolerance derives both
+// (docs/architecture.md, "Numerics").
+struct ElementTolerance {
+  double rtol = 0;
+  double atol = 0;
+};
+
+// The outputs of a run, in BatchTensors order.
+enum class Output { kO, kLse, kDq, kDk, kDv };
+const char* ToString(Output output);
+
+// The tolerance of `output` stored in `dtype` (lse is fp32 in both), given the whole expected
+// tensor: rtol counts the roundings on the way from the exact inputs to the output (derivation in
+// reference.cc), atol is rtol times the root-mean-square of `expected`, which covers elements that
+// are sums of rounded partial results cancelling to near zero. LSE: 1e-5 * (1 + |expected|).
+ElementTolerance OutputTolerance(Output output, DType dtype, const std::vector<float>& expected);
+
+// Error of `actual` against `expected`: the largest absolute difference, that divided by the
+// largest |expected| (norm-relative), and the largest ratio of an element's difference to its
+// bound under `tolerance` (within the tolerance when at most 1) with that element's index, and the
+// tolerance itself. Entries
+// that are -inf in both count as equal; -inf in only one, NaN, or a size mismatch is an infinite
+// error.
 struct TensorError {
   double max_abs = 0;
   double relative = 0;
+  double worst = 0;
+  int64_t worst_index = -1;
+  ElementTolerance tolerance;
+  bool within() const { return worst <= 1.0; }
 };
-TensorError CompareTensors(const std::vector<float>& actual, const std::vector<float>& expected);
+TensorError CompareTensors(const std::vector<float>& actual, const std::vector<float>& expected,
+                           ElementTolerance tolerance);
+
+// Every output of `run` against the same output of `reference` (both whole-batch tensors of a
+// batch stored in `dtype`), in Output order.
+std::vector<TensorError> CompareOutputs(const BatchTensors& run, const BatchTensors& reference,
+                                        DType dtype);
 
 }  // namespace dcp

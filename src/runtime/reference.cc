@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "dcp/kernels.h"
 #include "dcp/runtime.h"
 
 namespace dcp {
@@ -67,15 +68,20 @@ void DenseAttention(const Batch& batch, double softmax_scale, BatchTensors& t) {
         for (double& x : p) x /= sum;
         *lse = static_cast<float>(max + std::log(sum));
         std::vector<double> out(D, 0), dp(cols.size(), 0);
-        double rowsum = 0;
         for (size_t c = 0; c < cols.size(); ++c) {
           for (int64_t d = 0; d < D; ++d) {
             out[d] += p[c] * v_at(cols[c])[d];
             dp[c] += static_cast<double>(d_o[d]) * v_at(cols[c])[d];
           }
-          rowsum += p[c] * dp[c];
         }
-        for (int64_t d = 0; d < D; ++d) o[d] = static_cast<float>(out[d]);
+        // Delta = rowsum(dO * O) of the output as stored, in the batch's dtype: the backward's O
+        // is the forward's stored output, in dcp as in FlashAttention (docs/architecture.md).
+        double rowsum = 0;
+        for (int64_t d = 0; d < D; ++d) {
+          o[d] = static_cast<float>(out[d]);
+          const float stored = s.dtype == DType::kBFloat16 ? Bf16ToFloat(FloatToBf16(o[d])) : o[d];
+          rowsum += static_cast<double>(d_o[d]) * stored;
+        }
         std::vector<double> dq(D, 0);
         for (size_t c = 0; c < cols.size(); ++c) {
           const double ds = p[c] * (dp[c] - rowsum);
@@ -98,23 +104,96 @@ void DenseAttention(const Batch& batch, double softmax_scale, BatchTensors& t) {
   }
 }
 
-TensorError CompareTensors(const std::vector<float>& actual, const std::vector<float>& expected) {
+const char* ToString(Output output) {
+  switch (output) {
+    case Output::kO:
+      return "o";
+    case Output::kLse:
+      return "lse";
+    case Output::kDq:
+      return "dq";
+    case Output::kDk:
+      return "dk";
+    case Output::kDv:
+      return "dv";
+  }
+  return "?";
+}
+
+namespace {
+
+// The relative tolerance of an output stored in `dtype`, from its unit roundoff u (2^-8 for bf16,
+// round to nearest even on 8 significant bits; 2^-24 for fp32). From the stored inputs, which the
+// reference reads too, to a stored output there are at most three roundings: a partial result
+// converted to the storage dtype before it goes to its owner, a node's sum of partials converted
+// again before it crosses the network (Schedule::reduce_in_node), and the output itself. The
+// output's own is at most u |e|; the partials' are u times the partials, whose cancellation the
+// atol term covers (OutputTolerance). fp32 accumulation in the kernels adds about sqrt(n) 2^-24
+// over n terms, below 2^-16 for every n dcp runs. bf16: 3u rounded up to 4u = 2^-6; fp32: the
+// accumulation, 2^-16. docs/architecture.md ("Numerics") has the measured margins.
+double StorageRtol(DType dtype) {
+  return dtype == DType::kBFloat16 ? 4.0 * std::ldexp(1.0, -8) : std::ldexp(1.0, -16);
+}
+
+}  // namespace
+
+ElementTolerance OutputTolerance(Output output, DType dtype, const std::vector<float>& expected) {
+  if (output == Output::kLse) return {.rtol = 1e-5, .atol = 1e-5};
+  double sum_squares = 0;
+  int64_t finite = 0;
+  for (float x : expected) {
+    if (!std::isfinite(x)) continue;
+    sum_squares += static_cast<double>(x) * x;
+    ++finite;
+  }
+  const double rms = finite == 0 ? 0.0 : std::sqrt(sum_squares / static_cast<double>(finite));
+  const double rtol = StorageRtol(dtype);
+  return {.rtol = rtol, .atol = rtol * rms};
+}
+
+TensorError CompareTensors(const std::vector<float>& actual, const std::vector<float>& expected,
+                           ElementTolerance tolerance) {
   TensorError e;
+  e.tolerance = tolerance;
   double scale = 0;
   const double inf = std::numeric_limits<double>::infinity();
-  for (size_t i = 0; i < expected.size() && i < actual.size(); ++i) {
+  const auto count = static_cast<int64_t>(std::min(actual.size(), expected.size()));
+  for (int64_t i = 0; i < count; ++i) {
     const double a = actual[i], b = expected[i];
     if (std::isinf(b) && b < 0 && std::isinf(a) && a < 0) continue;
-    if (std::isnan(a) || std::isinf(a) || std::isinf(b)) {
-      e.max_abs = inf;
-      continue;
+    double error = inf;
+    if (!std::isnan(a) && !std::isinf(a) && !std::isinf(b)) {
+      error = std::abs(a - b);
+      scale = std::max(scale, std::abs(b));
     }
-    e.max_abs = std::max(e.max_abs, std::abs(a - b));
-    scale = std::max(scale, std::abs(b));
+    e.max_abs = std::max(e.max_abs, error);
+    const double bound = tolerance.atol + tolerance.rtol * (std::isinf(b) ? 0.0 : std::abs(b));
+    const double ratio = error == 0 ? 0.0 : bound > 0 ? error / bound : inf;
+    if (ratio > e.worst) {
+      e.worst = ratio;
+      e.worst_index = i;
+    }
   }
-  if (actual.size() != expected.size()) e.max_abs = inf;
+  if (actual.size() != expected.size()) e.max_abs = e.worst = inf;
   e.relative = e.max_abs == 0 ? 0 : e.max_abs / std::max(scale, 1e-30);
   return e;
+}
+
+std::vector<TensorError> CompareOutputs(const BatchTensors& run, const BatchTensors& reference,
+                                        DType dtype) {
+  const std::pair<Output, const std::vector<float> BatchTensors::*> outputs[] = {
+      {Output::kO, &BatchTensors::o},
+      {Output::kLse, &BatchTensors::lse},
+      {Output::kDq, &BatchTensors::dq},
+      {Output::kDk, &BatchTensors::dk},
+      {Output::kDv, &BatchTensors::dv}};
+  std::vector<TensorError> errors;
+  for (const auto& [output, member] : outputs) {
+    const std::vector<float>& expected = reference.*member;
+    errors.push_back(
+        CompareTensors(run.*member, expected, OutputTolerance(output, dtype, expected)));
+  }
+  return errors;
 }
 
 }  // namespace dcp

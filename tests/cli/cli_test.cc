@@ -490,8 +490,7 @@ TEST(CliRun, MatchesTheDenseReferenceAndDumpsTheBatch) {
   EXPECT_TRUE(j["within_tolerance"].get<bool>()) << r.out;
   EXPECT_EQ(j["devices"].get<int>(), 3);
   for (const char* tensor : {"o", "lse", "dq", "dk", "dv"}) {
-    EXPECT_LE(j["errors"][tensor]["relative"].get<double>(), j["tolerance"].get<double>())
-        << tensor;
+    EXPECT_LE(j["errors"][tensor]["worst"].get<double>(), 1.0) << tensor;
   }
   for (const char* file : {"q.npy", "k.npy", "v.npy", "do.npy", "o.npy", "lse.npy", "dq.npy",
                            "dk.npy", "dv.npy", "batch.json"}) {

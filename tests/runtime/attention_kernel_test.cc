@@ -274,6 +274,25 @@ TEST(AttendKernel, RandomSlicesOnLargerTilesMatchTheReference) {
   }
 }
 
+// The head sizes of real models: 64 and 128, causal and random slices, both dtypes, GQA 1 and 4.
+TEST(AttendKernel, HeadDims64And128MatchTheReference) {
+  uint64_t seed = 260;
+  for (int64_t head_dim : {64, 128}) {
+    for (int64_t kv_heads : {4, 1}) {
+      for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+        for (bool causal : {true, false}) {
+          std::mt19937_64 rng(seed);
+          Problem p = MakeProblem(150, 280, 4, kv_heads, head_dim, dtype);
+          p.slices = {causal ? Causal(150, 280) : RandomSlice(rng, 150, 280)};
+          FillValues(p, seed++, 1.0f);
+          CheckAgainstReference(p);
+          if (::testing::Test::HasFailure()) return;
+        }
+      }
+    }
+  }
+}
+
 TEST(AttendKernel, ManySlicesPerRowMatchTheReference) {
   for (uint64_t seed = 300; seed < 312; ++seed) {
     std::mt19937_64 rng(seed);

@@ -52,14 +52,7 @@ void ExpectMatchesReference(const Plan& plan, const char* mask, const LocalRunOp
   const std::vector<Status> status = RunLocalDevices(plan, run, options);
   ASSERT_TRUE(testing::RootCause(status).ok()) << testing::RootCause(status).ToString();
   DenseAttention(BatchOf(plan, mask), 0, reference);
-  const double tolerance = options.dtype == DType::kFloat32 ? 1e-5 : 1e-2;
-  for (const auto& [name, actual, expected] :
-       {std::tuple{"o", &run.o, &reference.o}, std::tuple{"lse", &run.lse, &reference.lse},
-        std::tuple{"dq", &run.dq, &reference.dq}, std::tuple{"dk", &run.dk, &reference.dk},
-        std::tuple{"dv", &run.dv, &reference.dv}}) {
-    const TensorError e = CompareTensors(*actual, *expected);
-    EXPECT_LE(e.relative, tolerance) << name << " max abs error " << e.max_abs;
-  }
+  testing::ExpectWithinTolerance(run, reference, options.dtype);
 }
 
 TEST(Executor, MatchesTheDenseReferenceForEveryMaskFamilyInTheCallersDtype) {

@@ -2,6 +2,8 @@
 // Shared by the end-to-end tests that execute plans and compare them with the dense reference.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <random>
 #include <vector>
 
@@ -30,6 +32,29 @@ inline void FillInputs(uint64_t seed, DType dtype, BatchTensors& t) {
       x = u(rng);
       if (dtype == DType::kBFloat16) x = Bf16ToFloat(FloatToBf16(x));
     }
+  }
+}
+
+// Every output of `run` within OutputTolerance of the dense `reference` (a batch stored in
+// `dtype`); a failure names the output, its worst element and how far past its bound that element
+// is.
+inline void ExpectWithinTolerance(const BatchTensors& run, const BatchTensors& reference,
+                                  DType dtype) {
+  const std::vector<TensorError> errors = CompareOutputs(run, reference, dtype);
+  const std::vector<float> BatchTensors::*members[] = {&BatchTensors::o, &BatchTensors::lse,
+                                                       &BatchTensors::dq, &BatchTensors::dk,
+                                                       &BatchTensors::dv};
+  for (size_t i = 0; i < errors.size(); ++i) {
+    const TensorError& e = errors[i];
+    if (e.within()) continue;
+    const auto at = static_cast<size_t>(e.worst_index);
+    const std::vector<float>& actual = run.*members[i];
+    const std::vector<float>& expected = reference.*members[i];
+    ADD_FAILURE() << ToString(static_cast<Output>(i)) << "[" << at
+                  << "] = " << (at < actual.size() ? actual[at] : 0.f) << ", reference "
+                  << (at < expected.size() ? expected[at] : 0.f) << ": " << e.worst
+                  << "x its bound (max abs error " << e.max_abs << ", " << e.relative
+                  << " of the largest |reference|)";
   }
 }
 

@@ -8,7 +8,6 @@
 #include <cctype>
 #include <random>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "dcp/baselines.h"
@@ -62,13 +61,7 @@ inline void ExpectMatchesDenseReference(const BaselinePlan& planned, const Batch
   const Status ran = RunPlanInProcess(planned.plan, run, {}, 10.0);
   ASSERT_TRUE(ran.ok()) << ran.ToString();
   DenseAttention(batch, 0, reference);
-  const double tolerance = batch.shape().dtype == DType::kFloat32 ? 1e-5 : 1e-2;
-  for (const auto& [name, actual, expected] :
-       {std::tuple{"O", &run.o, &reference.o}, std::tuple{"LSE", &run.lse, &reference.lse},
-        std::tuple{"dQ", &run.dq, &reference.dq}, std::tuple{"dK", &run.dk, &reference.dk},
-        std::tuple{"dV", &run.dv, &reference.dv}}) {
-    EXPECT_LE(CompareTensors(*actual, *expected).relative, tolerance) << name;
-  }
+  testing::ExpectWithinTolerance(run, reference, batch.shape().dtype);
 }
 
 }  // namespace dcp::testing

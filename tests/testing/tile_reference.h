@@ -21,6 +21,9 @@ struct TileProblem {
   std::vector<Slice> slices;
   float scale = 1.0f;
   std::vector<float> q, kv, d_o;
+  // Delta = rowsum(dO * O) from O as stored in `dtype` (DenseAttention's and the executor's
+  // definition) instead of the exact rowsum(P * dP) (the kernels are given Delta).
+  bool delta_of_stored_o = false;
 };
 
 struct TileReference {
@@ -103,6 +106,14 @@ inline TileReference ReferenceAttention(const TileProblem& c) {
         }
         dp[U(j)] = dot;
         p_dp += p[U(j)] * dot;
+      }
+      if (c.delta_of_stored_o) {
+        p_dp = 0.0;
+        for (int64_t k = 0; k < d; ++k) {
+          const auto o = static_cast<float>(r.o[U((i * s.heads + h) * d + k)]);
+          const float stored = c.dtype == DType::kBFloat16 ? Bf16ToFloat(FloatToBf16(o)) : o;
+          p_dp += d_o(i, h, k) * double{stored};
+        }
       }
       for (int64_t j = 0; j < s.kv_tokens; ++j) {
         if (!row_allowed[U(j)]) continue;
