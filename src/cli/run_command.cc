@@ -168,7 +168,8 @@ Status Dump(const std::string& dir, const Batch& batch, const BatchTensors& t, d
   for (const MaskSpec& m : batch.mask_specs()) masks.push_back(m.ToString());
   const nlohmann::json j = {{"seqlens", batch.seqlens()}, {"masks", masks},
                             {"heads", s.heads},           {"kv_heads", s.kv_heads},
-                            {"head_dim", s.head_dim},     {"softmax_scale", scale}};
+                            {"head_dim", s.head_dim},     {"softmax_scale", scale},
+                            {"dtype", ToString(s.dtype)}};
   std::ofstream out(std::filesystem::path(dir) / "batch.json");
   out << j.dump(2) << '\n';
   if (!out) return Status::NotFound(fmt::format("cannot write '{}/batch.json'", dir));

@@ -29,6 +29,7 @@ using dcp::testing::DcpCommand;
 using dcp::testing::ParseJson;
 using dcp::testing::RunCommand;
 using dcp::testing::ShellQuote;
+using dcp::testing::TempPath;
 
 // `dcp ARGS...` in this process's place (an MPI singleton for --comm mpi).
 CliRun RunDcp(const std::vector<std::string>& args) {
@@ -97,11 +98,20 @@ struct Case {
 };
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << path;
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 class CliMpiRun : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CliMpiRun, MatchesTheDenseReferenceAndTheInProcessRunOnFourRanks) {
   const std::vector<std::string> args = SmallBatch(GetParam().options);
-  const CliRun mpi = RunDcpOnRanks(4, args);
+  const std::string mpi_dump = TempPath("_mpi"), local_dump = TempPath("_local");
+  std::vector<std::string> mpi_args = args;
+  mpi_args.insert(mpi_args.end(), {"--dump", mpi_dump});
+  const CliRun mpi = RunDcpOnRanks(4, mpi_args);
   const nlohmann::json j = ParseJson(mpi);
   ASSERT_TRUE(j.contains("errors")) << mpi.out << mpi.err;
   EXPECT_TRUE(j["within_tolerance"].get<bool>()) << mpi.out;
@@ -110,12 +120,18 @@ TEST_P(CliMpiRun, MatchesTheDenseReferenceAndTheInProcessRunOnFourRanks) {
   for (const char* tensor : {"o", "lse", "dq", "dk", "dv"}) {
     EXPECT_LE(j["errors"][tensor]["worst"].get<double>(), 1.0) << tensor;
   }
-  // The same plan, inputs and kernels in one process: exactly the same outputs.
+  // The same plan, inputs and kernels in one process: exactly the same outputs, byte for byte
+  // (README.md, "Running over MPI").
   std::vector<std::string> local = args;
   local[2] = "local";
+  local.insert(local.end(), {"--dump", local_dump});
   const nlohmann::json in_process = ParseJson(RunDcp(local));
   EXPECT_EQ(j["errors"], in_process["errors"]);
   EXPECT_EQ(j["n_divisions"], in_process["n_divisions"]);
+  for (const char* output : {"o", "lse", "dq", "dk", "dv"}) {
+    const std::string name = std::string("/") + output + ".npy";
+    EXPECT_EQ(ReadFile(mpi_dump + name), ReadFile(local_dump + name)) << output;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

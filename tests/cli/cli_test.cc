@@ -17,7 +17,10 @@
 #include <vector>
 
 #include "dcp/plan.h"
+#include "dcp/runtime.h"
 #include "testing/cli.h"
+#include "testing/end_to_end.h"
+#include "testing/npy.h"
 
 namespace {
 
@@ -368,8 +371,10 @@ TEST(CliPlan, PlansAPlacementReadFromAPartitionFile) {
                                           "--block-size", "128"};
   const std::string part = TempPath(".part"), given = TempPath("_given.plan"),
                     own = TempPath("_own.plan");
-  std::vector<std::string> place = {"place", "--eps-compute", "0.1", "--eps-inter", "0.4",
-                                    "--write-partition", part};
+  const std::string hgr = TempPath(".hgr");
+  std::vector<std::string> place = {"place",           "--eps-compute", "0.1",
+                                    "--eps-inter",     "0.4",           "--write-partition",
+                                    part,              "--export-hypergraph", hgr};
   std::vector<std::string> plan_given = {"plan", "--divisions", "3", "--read-partition", part,
                                          "-o", given};
   std::vector<std::string> plan_own = {"plan", "--divisions", "3", "--dcp-only", "--eps-compute",
@@ -379,6 +384,20 @@ TEST(CliPlan, PlansAPlacementReadFromAPartitionFile) {
     const CliRun run = RunDcp(*args);
     ASSERT_EQ(run.exit_code, 0) << run.err;
   }
+  // The exported hypergraph and the partition describe the same vertices: the partition has one
+  // line per vertex the .hgr declares, and the .hgr one line per net and per vertex after its
+  // comment and counts (its body is checked in Hmetis.BodyListsEveryNetAndWeightOfTheBlocks).
+  std::istringstream hgr_lines(ReadFile(hgr)), part_lines(ReadFile(part));
+  std::string line;
+  std::getline(hgr_lines, line);
+  int64_t nets = 0, vertices = 0, lines = 0;
+  hgr_lines >> nets >> vertices;
+  std::getline(hgr_lines, line);
+  while (std::getline(hgr_lines, line)) ++lines;
+  EXPECT_EQ(lines, nets + vertices);
+  int64_t parts = 0;
+  while (std::getline(part_lines, line)) parts += line.empty() ? 0 : 1;
+  EXPECT_EQ(parts, vertices);
   auto a = dcp::DecodePlan(ReadFile(given));
   auto b = dcp::DecodePlan(ReadFile(own));
   ASSERT_TRUE(a.ok() && b.ok());
@@ -501,11 +520,27 @@ TEST(CliRun, MatchesTheDenseReferenceAndDumpsTheBatch) {
   const nlohmann::json batch = nlohmann::json::parse(meta);
   EXPECT_EQ(batch["seqlens"], nlohmann::json::array({300, 77}));
   EXPECT_EQ(batch["masks"][0].get<std::string>(), "lambda:sink=4,window=64");
-  std::ifstream npy(dir + "/q.npy", std::ios::binary);
-  std::string head(128, '\0');
-  npy.read(head.data(), 128);
-  EXPECT_EQ(head.substr(0, 6), "\x93NUMPY");
-  EXPECT_NE(head.find("'shape': (377, 8, 16)"), std::string::npos) << head;
+  EXPECT_EQ(dcp::testing::ReadNpy(dir + "/q.npy").shape, (std::vector<int64_t>{377, 8, 16}));
+}
+
+// What a user reads back: the dumped outputs against a reference computed here from the dumped
+// inputs and batch.json (not through the binary's verdict), in both dtypes.
+TEST(CliRun, DumpedOutputsMatchAReferenceComputedFromTheDumpedInputs) {
+  for (const char* dtype : {"bf16", "fp32"}) {
+    SCOPED_TRACE(dtype);
+    const std::string dir = TempPath(std::string("_readback_") + dtype);
+    const CliRun r = RunDcp({"run", "--seqlens", "200,90", "--mask", "documents:count=2",
+                             "--block-size", "32", "--head-dim", "16", "--kv-heads", "1",
+                             "--topology", "2x2", "--dtype", dtype, "--json", "--dump", dir});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const dcp::testing::Dumped dumped = dcp::testing::ReadDump(dir);
+    EXPECT_EQ(dumped.batch.seqlens(), (std::vector<int64_t>{200, 90}));
+    EXPECT_EQ(dumped.batch.shape().kv_heads, 1);
+    EXPECT_EQ(dumped.softmax_scale, 0.25);
+    dcp::BatchTensors reference = dumped.tensors;
+    dcp::DenseAttention(dumped.batch, dumped.softmax_scale, reference);
+    dcp::testing::ExpectWithinTolerance(dumped.tensors, reference, dumped.batch.shape().dtype);
+  }
 }
 
 // A run the machine cannot hold, or whose dense reference would take hours, is refused before it

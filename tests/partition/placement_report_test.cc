@@ -2,8 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <set>
+#include <sstream>
 #include <tuple>
 
 #include "dcp/partition.h"
@@ -165,6 +167,80 @@ TEST(Hmetis, ExportThenReadBackGivesTheSameReport) {
   ASSERT_TRUE(read.ok()) << read.status().ToString();
   EXPECT_EQ(read->compute_device, p.compute_device);
   EXPECT_EQ(read->data_device, p.data_device);
+}
+
+// The .hgr body parsed and checked against the blocks it was made of, not against the Hypergraph
+// it was written from: one net per (data block, head group, rows or columns) with tiles, whose pins
+// are the data block and exactly the tiles of that head group whose q block (rows) or kv block
+// (columns) it is, weighted by NetBytesOf forward + backward; one weight line per vertex, FLOPs
+// of a tile forward + backward or bytes of a data block, each divided by the scale the header
+// comment states (at least 1).
+TEST(Hmetis, BodyListsEveryNetAndWeightOfTheBlocks) {
+  std::mt19937_64 rng(8);
+  const BlockSet set = RandomBlocks(rng, "causal-blockwise:block=16,local=2", 2);
+  ASSERT_GE(set.head_groups, 1);
+  std::string hgr;
+  const HmetisScale scale = WriteHmetis(BuildHypergraph(set), &hgr);
+  std::istringstream in(hgr);
+  std::string comment;
+  std::getline(in, comment);
+  EXPECT_NE(comment.find(fmt::format("FLOPs / {}", scale.compute)), std::string::npos) << comment;
+  EXPECT_NE(comment.find(fmt::format("net weight = bytes / {}", scale.net)), std::string::npos);
+  const auto scaled = [](int64_t weight, double by) {
+    return std::max<int64_t>(1, std::llround(static_cast<double>(weight) / by));
+  };
+  const auto n_compute = static_cast<int64_t>(set.compute_blocks.size());
+  const auto n_data = static_cast<int64_t>(set.data_blocks.size());
+
+  // Expected nets: (weight, sorted 1-based pins).
+  std::multiset<std::pair<int64_t, std::vector<int64_t>>> expected;
+  for (int64_t d = 0; d < n_data; ++d) {
+    const NetBytes bytes = NetBytesOf(set.data_blocks[d], set.shape, set.head_groups);
+    for (int64_t g = 0; g < set.head_groups; ++g) {
+      std::vector<int64_t> rows = {n_compute + d + 1}, columns = {n_compute + d + 1};
+      for (int64_t c = 0; c < n_compute; ++c) {
+        const ComputeBlock& cb = set.compute_blocks[c];
+        if (cb.head_group != g) continue;
+        if (cb.q_block.value == d) rows.push_back(c + 1);
+        if (cb.kv_block.value == d) columns.push_back(c + 1);
+      }
+      for (auto& [pins, weight] : {std::pair{rows, bytes.row_fwd + bytes.row_bwd},
+                                   std::pair{columns, bytes.column_fwd + bytes.column_bwd}}) {
+        if (pins.size() < 2) continue;
+        std::vector<int64_t> sorted = pins;
+        std::sort(sorted.begin(), sorted.end());
+        expected.emplace(scaled(weight, scale.net), sorted);
+      }
+    }
+  }
+  int64_t nets = 0, vertices = 0, format = 0;
+  in >> nets >> vertices >> format;
+  EXPECT_EQ(nets, static_cast<int64_t>(expected.size()));
+  EXPECT_EQ(vertices, n_compute + n_data);
+  EXPECT_EQ(format, 11);
+  std::string line;
+  std::getline(in, line);  // the rest of the counts line
+  std::multiset<std::pair<int64_t, std::vector<int64_t>>> written;
+  for (int64_t n = 0; n < nets && std::getline(in, line); ++n) {
+    std::istringstream fields(line);
+    int64_t weight = 0;
+    fields >> weight;
+    std::vector<int64_t> pins;
+    for (int64_t pin; fields >> pin;) pins.push_back(pin);
+    std::sort(pins.begin(), pins.end());
+    written.emplace(weight, pins);
+  }
+  EXPECT_TRUE(written == expected)
+      << written.size() << " nets written, " << expected.size() << " expected";
+  for (int64_t v = 0; v < n_compute + n_data; ++v) {
+    ASSERT_TRUE(std::getline(in, line)) << "vertex " << v + 1 << " has no weight line";
+    const int64_t want =
+        v < n_compute ? scaled(set.compute_blocks[v].flops_fwd + set.compute_blocks[v].flops_bwd,
+                               scale.compute)
+                      : scaled(set.data_blocks[v - n_compute].bytes.Total(), scale.memory);
+    EXPECT_EQ(std::stoll(line), want) << "vertex " << v + 1;
+  }
+  EXPECT_FALSE(std::getline(in, line)) << "after the last vertex: '" << line << "'";
 }
 
 TEST(ReadPartition, RejectsBadFiles) {
