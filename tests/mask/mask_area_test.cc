@@ -126,14 +126,13 @@ std::string FamilyName(const ::testing::TestParamInfo<MaskFamily>& info) {
 INSTANTIATE_TEST_SUITE_P(MaskFamilies, MaskAreaOfFamily, ::testing::ValuesIn(kBuiltInFamilies),
                          FamilyName);
 
-// BUG (src/mask/mask.cc, SliceArea): the cut rows are computed as `k1 - slice.hi.base` and
-// `k0 - slice.lo.base` with no guard against overflow, so a rectangle bound at the int64 limits
-// (a natural "to the end" value; Mask::Area states no REQUIRES on its bounds) is signed-overflow
-// undefined behaviour whenever a normalized slice has a slope-1 lo with a positive base (here
-// lo = i + 1: INT64_MIN - 1) or a slope-1 hi with a negative base (here hi = i - 5:
-// INT64_MAX - (-5)). A plain build wraps and happens to return the right count, so this test fails
-// only under -DDCP_SANITIZE=ON, where UBSan stops the run with "signed integer overflow:
-// -9223372036854775808 - 1" in SliceArea. Expected: the counts below with no UB.
+// Regression (src/mask/mask.cc, SliceArea, fixed): the cut rows were computed as
+// `k1 - slice.hi.base` and `k0 - slice.lo.base` without a guard, so a rectangle bound at the int64
+// limits (a natural "to the end" value; Mask::Area states no REQUIRES on its bounds) was signed
+// overflow whenever a normalized slice has a slope-1 lo with a positive base (lo = i + 1:
+// INT64_MIN - 1) or a slope-1 hi with a negative base (hi = i - 5: INT64_MAX - (-5)). A plain build
+// wrapped to the right count; under -DDCP_SANITIZE=ON UBSan stops on it, so this test guards it
+// there.
 TEST(MaskArea, AcceptsInt64LimitsAsRectangleBounds) {
   constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();

@@ -417,11 +417,10 @@ TEST(MaskSpecJson, UnknownKeyIsNamed) {
                    {"slice 0", "\"x\""});
 }
 
-// BUG (src/mask/mask_spec.cc, ParseColumn): a JSON integer above INT64_MAX is read with
-// j.get<int64_t>() from nlohmann's unsigned representation and silently wraps, so
-// "hi": [18446744073709551615, 0] becomes hi base -1: Parse and Build both succeed and the slice
-// is silently empty, where the spec says out-of-range values are errors that name the value.
-// Expected: InvalidArgument (at Parse, or at Build) naming the value. Actual: success, area 0.
+// Regression (src/mask/mask_spec.cc, ParseColumn, fixed): a JSON integer above INT64_MAX was read
+// with j.get<int64_t>() from nlohmann's unsigned representation and wrapped, so
+// "hi": [18446744073709551615, 0] became hi base -1 and the slice silently empty. Out-of-range
+// values are errors that name the value (InvalidArgument, at Parse or at Build).
 TEST(MaskSpecJson, IntegerBeyondInt64IsRejectedNotWrapped) {
   const std::string json =
       R"({"slices": [{"rows": [0, 4], "lo": [0, 0], "hi": [18446744073709551615, 0]}]})";
@@ -476,13 +475,9 @@ TEST(MaskSpecBuild, RejectsExplicitBasesBeyondTheLimit) {
                    {"slice 0", "hi base 2000000000000"});
 }
 
-// BUG (src/mask/mask_families.cc, MaskSpec::Build): errors from RawSlices (documents longer than
-// the sequence, an image span past it) are returned without the "mask '<spec>'" context that
-// Build adds to every other error (its own length check and all FromSlices errors), so the user
-// cannot tell which spec failed; the style guide (STYLE.md, "Errors") asks every message to say
-// where it came from.
-// Expected: a message starting "mask 'documents:lengths=6/6': ...". Actual:
-// "documents: lengths sum to more than the 10 tokens of the sequence".
+// Regression (src/mask/mask_families.cc, MaskSpec::Build, fixed): errors from RawSlices (documents
+// longer than the sequence, an image span past it) lacked the "mask '<spec>'" context Build adds to
+// every other error, so the user could not tell which spec failed (STYLE.md, "Errors").
 TEST(MaskSpecBuild, ErrorsNameTheSpec) {
   ExpectBuildError("documents:lengths=6/6", 10, {"mask 'documents:lengths=6/6'"});
   ExpectBuildError("documents:count=11", 10, {"mask 'documents:count=11'"});

@@ -29,7 +29,8 @@
 //    and more, seen under valgrind), so a longer message may corrupt the receiver's memory next
 //    to its parts. Checking the size first (MPI_Improbe, then MPI_Imrecv of a message whose size
 //    matches) would avoid it, at the price of matching receives while polling rather than at
-//    Launch. TODO: decide on MPI_Improbe/MPI_Imrecv for receives.
+//    Launch; receives are matched at Launch today, and dcp's own plans never send a message of
+//    another size than its receive (ValidatePlan checks both sides' sizes).
 //  - An exchange given up on (a rank failed, the deadline passed, MPI failed, the communicator
 //    was destroyed with it pending) is cancelled before Wait or Test returns: every outstanding
 //    request gets MPI_Cancel, and the receives are polled until MPI confirms them cancelled or
