@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # `pip install .` of the source tree into a scratch target, then an import of dcp from there that
 # plans a tiny batch, as a user without the build tree would.
-#   cmake -DPYTHON=<interpreter> -DSOURCE=<dcp source> -DWORK=<scratch dir>
+#   cmake -DPYTHON=<interpreter> -DSOURCE=<dcp source> -DWORK=<scratch dir> [-DCXX=<compiler>]
 #         -P check_pip_install.cmake
+# CXX: the C++ compiler the wheel's build uses (default: what pip and CMake find).
 # The wheel's CMake build directory is kept in WORK/build between runs, so a rerun rebuilds only
 # what changed; the installed target is made afresh.
 foreach(var PYTHON SOURCE WORK)
@@ -20,7 +21,11 @@ function(run step)
 endfunction()
 
 file(REMOVE_RECURSE ${WORK}/target)
-run("pip install" ${PYTHON} -m pip install --no-build-isolation --no-deps --no-cache-dir
+set(compiler)
+if(DEFINED CXX)
+  set(compiler ${CMAKE_COMMAND} -E env CXX=${CXX})
+endif()
+run("pip install" ${compiler} ${PYTHON} -m pip install --no-build-isolation --no-deps --no-cache-dir
                   --disable-pip-version-check --target ${WORK}/target
                   --config-settings=build-dir=${WORK}/build ${SOURCE})
 run("import and plan" ${PYTHON} -c "

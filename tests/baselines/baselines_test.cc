@@ -10,6 +10,7 @@
 
 #include "dcp/baselines.h"
 #include "dcp/runtime.h"
+#include "testing/cases.h"
 #include "testing/end_to_end.h"
 
 namespace dcp {
@@ -38,7 +39,7 @@ int32_t ContextRanks(const AttentionShape& shape, const Topology& topology) {
 
 TEST(PlanBaseline, EveryStrategyMatchesTheDenseReference) {
   int ran = 0;
-  for (uint64_t seed = 0; seed < 100; ++seed) {
+  for (uint64_t seed = 0; seed < testing::RandomCases(100); ++seed) {
     std::mt19937_64 rng(seed);
     const Strategy strategy = kBaselines[seed % std::size(kBaselines)];
     std::vector<int64_t> lengths(1 + rng() % 3);
@@ -85,7 +86,7 @@ TEST(PlanBaseline, EveryStrategyMatchesTheDenseReference) {
     testing::ExpectWithinTolerance(run, reference, shape.dtype);
     ++ran;
   }
-  EXPECT_EQ(ran, 100);
+  EXPECT_EQ(ran, static_cast<int>(testing::RandomCases(100)));
 }
 
 // (source, destination) -> bytes of every message of a pass, the output exchange included.

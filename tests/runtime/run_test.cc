@@ -6,6 +6,7 @@
 #include <random>
 
 #include "dcp/runtime.h"
+#include "testing/cases.h"
 #include "testing/end_to_end.h"
 
 namespace dcp {
@@ -45,7 +46,7 @@ Case MakeCase(uint64_t seed) {
 }
 
 TEST(RunPlanInProcess, MatchesTheDenseReference) {
-  for (uint64_t seed = 0; seed < 120; ++seed) {
+  for (uint64_t seed = 0; seed < testing::RandomCases(120); ++seed) {
     const Case c = MakeCase(seed);
     SCOPED_TRACE(::testing::Message()
                  << "seed " << seed << " mask " << c.mask << " topology " << c.topology.ToString()
