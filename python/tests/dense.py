@@ -70,3 +70,19 @@ def attention(q, k, v, seqlens, spec: str, scale: float | None = None):
         out.append(torch.einsum("hij,jhd->ihd", p, vs))
         begin += length
     return torch.cat(out)
+
+
+def logsumexp(q, k, seqlens, spec: str, scale: float | None = None):
+    """lse [T, H] of packed sequences under `spec` (rows that attend to nothing: -1e4 + log n, a
+    finite stand-in whose gradient is finite; callers weigh those rows by 0)."""
+    heads, kv_heads, dim = q.shape[1], k.shape[1], q.shape[2]
+    scale = scale if scale is not None else 1.0 / math.sqrt(dim)
+    out, begin = [], 0
+    for length in seqlens:
+        qs, ks = q[begin:begin + length], k[begin:begin + length]
+        ks = ks.repeat_interleave(heads // kv_heads, dim=1)
+        s = torch.einsum("ihd,jhd->hij", qs, ks) * scale
+        # exp(-1e4 - max) is 0 in float64: masked columns add nothing to a row that attends.
+        out.append(torch.logsumexp(s.masked_fill(~mask(spec, length), -1e4), dim=-1).T)
+        begin += length
+    return torch.cat(out)
