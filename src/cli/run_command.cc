@@ -326,12 +326,16 @@ int ReportRunOnly(const RunArgs& args, const Plan& plan, int32_t rank, const Run
 }
 
 int RunLocal(const BatchArgs& batch_args, const RunArgs& args) {
+  // The reference's time follows from the batch alone: refuse before planning, not after. (A batch
+  // that does not build is reported by PlanForRun.)
+  if (Result<Batch> batch = BuildBatch(batch_args); batch.ok()) {
+    if (Status s = CheckReferenceTime(args, *batch); !s.ok()) return ReportError(s);
+  }
   Result<PlannedFromArgs> planned = PlanForRun(batch_args, args);
   if (!planned.ok()) return ReportError(planned.status());
   const Batch& batch = planned->batch;
   const Plan& plan = planned->planned.plan;
   RunTimes ms{.plan = planned->planned.ms.total()};
-  if (Status s = CheckReferenceTime(args, batch); !s.ok()) return ReportError(s);
   if (Status s = CheckLocalMemory(args, plan, batch.total_tokens()); !s.ok()) {
     return ReportError(s);
   }
