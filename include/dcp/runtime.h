@@ -64,7 +64,11 @@ struct ElementTolerance {
 
 // The outputs of a run, in BatchTensors order.
 enum class Output { kO, kLse, kDq, kDk, kDv };
+inline constexpr Output kOutputs[] = {Output::kO, Output::kLse, Output::kDq, Output::kDk,
+                                      Output::kDv};
 const char* ToString(Output output);
+// The tensor of `output` in `tensors`.
+const std::vector<float>& OutputOf(const BatchTensors& tensors, Output output);
 
 // The tolerance of `output` stored in `dtype` (lse is fp32 in both), given the whole expected
 // tensor: rtol counts the roundings on the way from the exact inputs to the output (derivation in

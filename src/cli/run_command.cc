@@ -252,7 +252,7 @@ int CheckAndReport(const RunArgs& args, const PlannedFromArgs& planned, const Ba
   bool within = true;
   const std::vector<TensorError> compared = CompareOutputs(run, reference, batch.shape().dtype);
   for (size_t i = 0; i < compared.size(); ++i) {
-    const auto output = static_cast<Output>(i);
+    const Output output = kOutputs[i];
     const TensorError& e = compared[i];
     errors[ToString(output)] = {{"max_abs", e.max_abs}, {"relative", e.relative},
                                 {"worst", e.worst},     {"rtol", e.tolerance.rtol},

@@ -179,19 +179,29 @@ TensorError CompareTensors(const std::vector<float>& actual, const std::vector<f
   return e;
 }
 
+const std::vector<float>& OutputOf(const BatchTensors& tensors, Output output) {
+  switch (output) {
+    case Output::kO:
+      return tensors.o;
+    case Output::kLse:
+      return tensors.lse;
+    case Output::kDq:
+      return tensors.dq;
+    case Output::kDk:
+      return tensors.dk;
+    case Output::kDv:
+      break;
+  }
+  return tensors.dv;
+}
+
 std::vector<TensorError> CompareOutputs(const BatchTensors& run, const BatchTensors& reference,
                                         DType dtype) {
-  const std::pair<Output, const std::vector<float> BatchTensors::*> outputs[] = {
-      {Output::kO, &BatchTensors::o},
-      {Output::kLse, &BatchTensors::lse},
-      {Output::kDq, &BatchTensors::dq},
-      {Output::kDk, &BatchTensors::dk},
-      {Output::kDv, &BatchTensors::dv}};
   std::vector<TensorError> errors;
-  for (const auto& [output, member] : outputs) {
-    const std::vector<float>& expected = reference.*member;
+  for (Output output : kOutputs) {
+    const std::vector<float>& expected = OutputOf(reference, output);
     errors.push_back(
-        CompareTensors(run.*member, expected, OutputTolerance(output, dtype, expected)));
+        CompareTensors(OutputOf(run, output), expected, OutputTolerance(output, dtype, expected)));
   }
   return errors;
 }

@@ -27,6 +27,7 @@ constexpr int kLimitSeconds = 100;
 using dcp::testing::CliRun;
 using dcp::testing::DcpCommand;
 using dcp::testing::ParseJson;
+using dcp::testing::ReadFile;
 using dcp::testing::RunCommand;
 using dcp::testing::ShellQuote;
 using dcp::testing::TempPath;
@@ -98,12 +99,6 @@ struct Case {
 };
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in.good()) << path;
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 class CliMpiRun : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CliMpiRun, MatchesTheDenseReferenceAndTheInProcessRunOnFourRanks) {
@@ -130,7 +125,9 @@ TEST_P(CliMpiRun, MatchesTheDenseReferenceAndTheInProcessRunOnFourRanks) {
   EXPECT_EQ(j["n_divisions"], in_process["n_divisions"]);
   for (const char* output : {"o", "lse", "dq", "dk", "dv"}) {
     const std::string name = std::string("/") + output + ".npy";
-    EXPECT_EQ(ReadFile(mpi_dump + name), ReadFile(local_dump + name)) << output;
+    const std::string mpi_bytes = ReadFile(mpi_dump + name);
+    EXPECT_FALSE(mpi_bytes.empty()) << mpi_dump << name << " was not written";
+    EXPECT_EQ(mpi_bytes, ReadFile(local_dump + name)) << output;
   }
 }
 

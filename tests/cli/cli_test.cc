@@ -26,15 +26,9 @@ namespace {
 
 using dcp::testing::CliRun;
 using dcp::testing::ParseJson;
+using dcp::testing::ReadFile;
 using dcp::testing::RunDcp;
 using dcp::testing::TempPath;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
-}
 
 void WriteFile(const std::string& path, const std::string& contents) {
   std::ofstream out(path, std::ios::binary);

@@ -73,21 +73,23 @@ inline std::vector<Slice> FullSlices() {
       Slice{.row_begin = 0, .row_end = kFixtureTokens, .lo = {0, 0}, .hi = {kFixtureTokens, 0}}};
 }
 
-inline SlotInfo FixtureSlot(TensorKind kind, bool fp32 = false) {
+// A slot of one 4-token piece: `query_heads` query heads (4 in this fixture) of head_dim 8 and
+// 1 KV head.
+inline SlotInfo FixtureSlot(TensorKind kind, bool fp32 = false, int64_t query_heads = 4) {
   const DType dtype = fp32 ? DType::kFloat32 : DType::kBFloat16;
   const int64_t bytes_per_element = fp32 ? 4 : 2;
   switch (kind) {
     case TensorKind::kQ:
     case TensorKind::kO:
     case TensorKind::kDO:
-    case TensorKind::kDQ:  // 4 heads x 8 elements per token
-      return {kind, dtype, kFixtureTokens * 32 * bytes_per_element};
+    case TensorKind::kDQ:  // query heads x 8 elements per token
+      return {kind, dtype, kFixtureTokens * query_heads * 8 * bytes_per_element};
     case TensorKind::kKV:
     case TensorKind::kDKV:  // K and V of 1 head x 8 elements per token
       return {kind, dtype, kFixtureTokens * 16 * bytes_per_element};
     case TensorKind::kLse:
-    case TensorKind::kDelta:  // fp32 per token and head
-      return {kind, DType::kFloat32, kFixtureTokens * 4 * 4};
+    case TensorKind::kDelta:  // fp32 per token and query head
+      return {kind, DType::kFloat32, kFixtureTokens * query_heads * 4};
   }
   return {};
 }

@@ -118,22 +118,7 @@ inline constexpr int32_t kTwoNodeTiles = 6;  // tiles per head group: compute bl
 
 // A slot of one 4-token piece of one head group (2 query heads, 1 KV head, head_dim 8).
 inline SlotInfo TwoNodeSlot(TensorKind kind, bool fp32 = false) {
-  const DType dtype = fp32 ? DType::kFloat32 : DType::kBFloat16;
-  const int64_t bytes_per_element = fp32 ? 4 : 2;
-  switch (kind) {
-    case TensorKind::kQ:
-    case TensorKind::kO:
-    case TensorKind::kDO:
-    case TensorKind::kDQ:  // 2 heads x 8 elements per token
-      return {kind, dtype, kFixtureTokens * 16 * bytes_per_element};
-    case TensorKind::kKV:
-    case TensorKind::kDKV:  // K and V of 1 head x 8 elements per token
-      return {kind, dtype, kFixtureTokens * 16 * bytes_per_element};
-    case TensorKind::kLse:
-    case TensorKind::kDelta:  // fp32 per token and head
-      return {kind, DType::kFloat32, kFixtureTokens * 2 * 4};
-  }
-  return {};
+  return FixtureSlot(kind, fp32, /*query_heads=*/2);
 }
 
 inline Piece GroupPiece(int32_t block, int32_t group) { return Piece{DataBlockId{block}, group}; }

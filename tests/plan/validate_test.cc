@@ -1,38 +1,25 @@
 // SPDX-License-Identifier: Apache-2.0
 // The symbolic validator against a hand-built plan (tests/plan/plan_fixtures.h): the plan passes,
 // and each test breaks it in one way and checks the error's code and message.
-#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <random>
-#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "dcp/plan.h"
 #include "plan/plan_fixtures.h"
+#include "plan/validate_expect.h"
 
 namespace dcp {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::TwoBlockCausalPlan;
 
-template <typename T>
-T& Forward(Plan& plan, int device, size_t instruction) {
-  return std::get<T>(plan.forward[device].instructions[instruction]);
-}
-template <typename T>
-T& Backward(Plan& plan, int device, size_t instruction) {
-  return std::get<T>(plan.backward[device].instructions[instruction]);
-}
-
-void ExpectInvalid(const Plan& plan, std::string_view substring) {
-  const Status status = ValidatePlan(plan);
-  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
-  EXPECT_THAT(status.message(), HasSubstr(substring));
-}
+using testing::Backward;
+using testing::ExpectInvalid;
+using testing::Forward;
 
 TEST(ValidatePlan, AcceptsTheHandBuiltPlan) {
   const Status status = ValidatePlan(TwoBlockCausalPlan());

@@ -2,10 +2,8 @@
 // The symbolic validator against a hand-built plan over 2 nodes (tests/plan/two_node_fixture.h),
 // with a relay and a node sum: the plan passes and runs like the dense reference, and each test
 // breaks one of those two paths and checks the error's code and message.
-#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -14,28 +12,17 @@
 #include "dcp/plan.h"
 #include "dcp/runtime.h"
 #include "plan/two_node_fixture.h"
+#include "plan/validate_expect.h"
 #include "testing/end_to_end.h"
 
 namespace dcp {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::TwoNodePlan;
 
-template <typename T>
-T& Forward(Plan& plan, int device, size_t instruction) {
-  return std::get<T>(plan.forward[device].instructions[instruction]);
-}
-template <typename T>
-T& Backward(Plan& plan, int device, size_t instruction) {
-  return std::get<T>(plan.backward[device].instructions[instruction]);
-}
-
-void ExpectInvalid(const Plan& plan, std::string_view substring) {
-  const Status status = ValidatePlan(plan);
-  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
-  EXPECT_THAT(status.message(), HasSubstr(substring));
-}
+using testing::Backward;
+using testing::ExpectInvalid;
+using testing::Forward;
 
 TEST(ValidateTwoNodePlan, AcceptsTheHandBuiltPlan) {
   const Status status = ValidatePlan(TwoNodePlan());

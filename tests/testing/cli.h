@@ -28,6 +28,14 @@ inline std::string ShellQuote(const std::string& arg) {
   return quoted + "'";
 }
 
+// The bytes of a file ("" when it cannot be read).
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
 // A path in the test temp directory, unique to the running test and process.
 inline std::string TempPath(const std::string& suffix) {
   const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();

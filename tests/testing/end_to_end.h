@@ -41,16 +41,14 @@ inline void FillInputs(uint64_t seed, DType dtype, BatchTensors& t) {
 inline void ExpectWithinTolerance(const BatchTensors& run, const BatchTensors& reference,
                                   DType dtype) {
   const std::vector<TensorError> errors = CompareOutputs(run, reference, dtype);
-  const std::vector<float> BatchTensors::*members[] = {&BatchTensors::o, &BatchTensors::lse,
-                                                       &BatchTensors::dq, &BatchTensors::dk,
-                                                       &BatchTensors::dv};
   for (size_t i = 0; i < errors.size(); ++i) {
     const TensorError& e = errors[i];
     if (e.within()) continue;
     const auto at = static_cast<size_t>(e.worst_index);
-    const std::vector<float>& actual = run.*members[i];
-    const std::vector<float>& expected = reference.*members[i];
-    ADD_FAILURE() << ToString(static_cast<Output>(i)) << "[" << at
+    const Output output = kOutputs[i];
+    const std::vector<float>& actual = OutputOf(run, output);
+    const std::vector<float>& expected = OutputOf(reference, output);
+    ADD_FAILURE() << ToString(output) << "[" << at
                   << "] = " << (at < actual.size() ? actual[at] : 0.f) << ", reference "
                   << (at < expected.size() ? expected[at] : 0.f) << ": " << e.worst
                   << "x its bound (max abs error " << e.max_abs << ", " << e.relative
