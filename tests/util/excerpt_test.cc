@@ -17,7 +17,9 @@ TEST(Excerpt, KeepsShortTextWhole) {
 
 TEST(Excerpt, CutsLongTextAndGivesItsSize) {
   const std::string text(kMaxExcerptBytes + 1, 'a');
-  EXPECT_EQ(Excerpt(text), std::string(kMaxExcerptBytes, 'a') + "... (81 bytes)");
+  std::string cut(kMaxExcerptBytes, 'a');
+  cut += "... (81 bytes)";
+  EXPECT_EQ(Excerpt(text), cut);
   EXPECT_EQ(Excerpt(std::string(1 << 20, 'b'), 3), "bbb... (1048576 bytes)");
 }
 
