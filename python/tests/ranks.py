@@ -42,6 +42,13 @@ def _entry(rank: int, fn, world: int, port: int, backend: str, args: tuple) -> N
         dist.destroy_process_group()
 
 
+# The ranks start from a fork server that has imported torch and dcp once: a rank then starts in a
+# fraction of a second instead of importing torch anew (2-3 s of CPU each). The server forks before
+# anything runs threads or touches a GPU, so each rank starts as a fresh process would.
+mp.set_forkserver_preload(["torch", "torch.distributed", "dcp", "dcp.torch"])
+
+
 def run_ranks(fn, world: int, *args, backend: str = "gloo") -> None:
     """fn(rank, world, *args) on every rank; an exception on any rank fails the call."""
-    mp.spawn(_entry, args=(fn, world, _free_port(), backend, args), nprocs=world, join=True)
+    mp.start_processes(_entry, args=(fn, world, _free_port(), backend, args), nprocs=world,
+                       join=True, start_method="forkserver")
