@@ -149,7 +149,9 @@ struct SimReport {
   // Chrome trace event JSON (chrome://tracing, ui.perfetto.dev) of both passes when
   // SimOptions::trace: one process per device, a "compute" thread with every instruction (named
   // by kind, with tile or op counts) and the time blocked in CommWait, and "comm" threads with the
-  // device's outgoing flows. Times in microseconds; the backward follows the forward.
+  // device's outgoing flows, and a counter "buffer bytes" per device: the bytes of the slots of
+  // the pass it runs (Program::PeakBufferBytes), 0 after the backward. Times in microseconds; the
+  // backward follows the forward.
   std::string trace_json;
   // The batch's attention FLOPs spread evenly over every device at the kernel model's rate on
   // full square tiles of kIdealTileTokens, with no communication exposed: a bound no plan beats.

@@ -445,8 +445,10 @@ Result<SimReport> SimulatePlan(const Plan& plan, const ClusterSpec& cluster,
   SimReport report;
   for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
     if (trace != nullptr) {
-      trace->BeginPass(ToString(pass),
-                       pass == Pass::kForward ? 0.0 : report.forward.makespan_s);
+      trace->BeginPass(ToString(pass), pass == Pass::kForward ? 0.0 : report.forward.makespan_s);
+      for (const Program& program : pass == Pass::kForward ? plan.forward : plan.backward) {
+        trace->BufferBytes(program.device.value, 0.0, program.PeakBufferBytes());
+      }
     }
     sim::PassSimulator simulator(plan, pass, cluster, trace);
     DCP_RETURN_IF_ERROR(simulator.Prepare());
@@ -454,6 +456,9 @@ Result<SimReport> SimulatePlan(const Plan& plan, const ClusterSpec& cluster,
     (pass == Pass::kForward ? report.forward : report.backward) = std::move(pass_report);
   }
   if (trace != nullptr) {
+    for (int32_t d = 0; d < plan.topology.devices(); ++d) {
+      trace->BufferBytes(d, report.backward.makespan_s, 0);
+    }
     report.trace_json = recorder.ToJson(plan.topology.devices(), plan.topology.devices_per_node);
   }
   report.ideal_s = sim::IdealSeconds(report.forward.total.attention_flops,

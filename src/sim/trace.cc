@@ -71,6 +71,15 @@ void TraceRecorder::Flow(int32_t source, int32_t destination, int32_t launch_id,
                           .pass = pass_});
 }
 
+void TraceRecorder::BufferBytes(int32_t device, double time_s, int64_t bytes) {
+  events_.push_back(Event{.kind = Kind::kBufferBytes,
+                          .device = device,
+                          .bytes = bytes,
+                          .begin_s = time_s + offset_s_,
+                          .end_s = time_s + offset_s_,
+                          .pass = pass_});
+}
+
 std::string TraceRecorder::ToJson(int32_t devices, int32_t devices_per_node) const {
   fmt::memory_buffer out;
   auto it = std::back_inserter(out);
@@ -154,6 +163,12 @@ std::string TraceRecorder::ToJson(int32_t devices, int32_t devices_per_node) con
                        static_cast<double>(e.bytes) / kMiB,
                        e.inter_node ? "inter-node" : "intra-node", e.pass, e.launch_id, e.peer,
                        e.bytes, Micros(Nanos(e.ready_s)));
+        break;
+      case Kind::kBufferBytes:
+        fmt::format_to(it,
+                       "{{\"ph\":\"C\",\"pid\":{},\"ts\":{},\"name\":\"buffer bytes\","
+                       "\"args\":{{\"bytes\":{}}}}}",
+                       e.device, ts, e.bytes);
         break;
     }
   }

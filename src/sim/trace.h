@@ -5,7 +5,9 @@
 // it was blocked in CommWait; threads "comm N" hold the device's outgoing flows, spread over as
 // few threads as keeps the spans of one thread from overlapping. Times are microseconds in whole
 // nanoseconds, each span from its rounded start to its rounded end, so the spans of one thread
-// never overlap in the trace either.
+// never overlap in the trace either. A counter track "buffer bytes" per device holds the bytes of
+// the slots of the pass it runs (its program's peak buffer bytes: the slots are allocated for the
+// whole pass), and 0 once the backward pass has ended.
 #pragma once
 
 #include <cstdint>
@@ -27,12 +29,14 @@ class TraceRecorder {
   // start_s (ready_s + latency) to end_s.
   void Flow(int32_t source, int32_t destination, int32_t launch_id, int64_t bytes, bool inter_node,
             double ready_s, double start_s, double end_s);
+  // From time_s on, `device` holds `bytes` of buffers.
+  void BufferBytes(int32_t device, double time_s, int64_t bytes);
 
   // The whole trace; `devices_per_node` names each device's node.
   std::string ToJson(int32_t devices, int32_t devices_per_node) const;
 
  private:
-  enum class Kind : uint8_t { kCompute, kWait, kLaunch, kFlow };
+  enum class Kind : uint8_t { kCompute, kWait, kLaunch, kFlow, kBufferBytes };
   struct Event {
     Kind kind = Kind::kCompute;
     int32_t device = 0;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The Zoltan backend of PartitionBlocks. Zoltan starts MPI (as a singleton), so this file is part of
-// the binary of tests that start MPI (tests/CMakeLists.txt).
+// The Zoltan backend of PartitionBlocks. Zoltan starts MPI (as a singleton), so this file is part
+// of the binary of tests that start MPI (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
 #include "dcp/partition.h"

@@ -138,6 +138,43 @@ TEST(SimulatePlan, TraceSlicesNeverOverlapOnATrack) {
   }
 }
 
+int64_t SlotBytes(const Program& program) {
+  int64_t bytes = 0;
+  for (const SlotInfo& slot : program.slots) bytes += slot.bytes;
+  return bytes;
+}
+
+// Each device's "buffer bytes" counter holds its forward program's slots from 0, its backward
+// program's from the forward's end, and 0 from the backward's end.
+TEST(SimulatePlan, TraceCountsEachDevicesBufferBytesPerPass) {
+  for (uint64_t seed = 0; seed < testing::RandomCases(20); ++seed) {
+    const RandomPlanCase c = MakeCase(seed);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed);
+    Result<Plan> plan = CompileCase(c);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    ClusterSpec cluster = *ClusterPreset("p4de");
+    cluster.devices_per_node = c.topology.devices_per_node;
+    const Result<SimReport> report = SimulatePlan(*plan, cluster, {.trace = true});
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    std::vector<std::vector<std::pair<int64_t, int64_t>>> samples(plan->topology.devices());
+    const nlohmann::json trace = nlohmann::json::parse(report->trace_json);
+    for (const nlohmann::json& e : trace["traceEvents"]) {
+      if (e.value("ph", "") != "C") continue;
+      EXPECT_EQ(e.value("name", ""), "buffer bytes");
+      samples[e["pid"].get<size_t>()].emplace_back(std::llround(e["ts"].get<double>() * 1000),
+                                                   e["args"]["bytes"].get<int64_t>());
+    }
+    const auto nanos = [](double s) { return std::llround(s * 1e9); };
+    for (int32_t d = 0; d < plan->topology.devices(); ++d) {
+      const std::vector<std::pair<int64_t, int64_t>> expected = {
+          {0, SlotBytes(plan->forward[d])},
+          {nanos(report->forward.makespan_s), SlotBytes(plan->backward[d])},
+          {nanos(report->forward.makespan_s + report->backward.makespan_s), 0}};
+      EXPECT_EQ(samples[d], expected) << "device " << d;
+    }
+  }
+}
+
 TEST(SimulatePlan, IsDeterministic) {
   const Result<Plan> plan = CompileCase(MakeCase(11));
   ASSERT_TRUE(plan.ok());
