@@ -15,6 +15,8 @@
 # reproduce one with `build-fuzz/fuzz/<name>_fuzzer FILE`.
 #
 # Usage: fuzz/run.sh [NAME...]        the harnesses to run (default: all, listed below)
+#   DCP_FUZZ_BUILD_DIR=DIR            build and run the harnesses of DIR, a tree configured with
+#                                     -DDCP_BUILD_FUZZ=ON (CI: its sanitizer build), not build-fuzz
 #   DCP_FUZZ_RUNS_SCALE=F             multiplies every run count (default 1; e.g. 0.1 for a smoke run)
 #   DCP_FUZZ_BUILD_ONLY=1             build, run nothing
 set -euo pipefail
@@ -47,10 +49,18 @@ for name in "${selected[@]}"; do
   fi
 done
 
-build=build-fuzz
-cmake -S . -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Release \
-  -DDCP_BUILD_FUZZ=ON -DDCP_BUILD_TESTS=OFF -DDCP_BUILD_CLI=OFF -DDCP_BUILD_BENCH=OFF \
-  -DDCP_BUILD_PYTHON=OFF >/dev/null
+if [[ -n ${DCP_FUZZ_BUILD_DIR:-} ]]; then
+  build=$DCP_FUZZ_BUILD_DIR
+  if ! grep -qx 'DCP_BUILD_FUZZ:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
+    echo "fuzz: $build is not a build tree configured with -DDCP_BUILD_FUZZ=ON" >&2
+    exit 2
+  fi
+else
+  build=build-fuzz
+  cmake -S . -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Release \
+    -DDCP_BUILD_FUZZ=ON -DDCP_BUILD_TESTS=OFF -DDCP_BUILD_CLI=OFF -DDCP_BUILD_BENCH=OFF \
+    -DDCP_BUILD_PYTHON=OFF >/dev/null
+fi
 cmake --build "$build" --target dcp_fuzzers
 [[ -n ${DCP_FUZZ_BUILD_ONLY:-} ]] && exit 0
 
