@@ -23,9 +23,9 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 
-# name, runs (fixed: sized for about 20 s each on the project's 2-core machine, mask_spec_long
-# about half a minute, most of it replaying its seed corpus; 2.5 minutes in all), most bytes per
-# input, dictionary (fuzz/dict/<dictionary>.dict, or - for none), and optionally seconds per input.
+# name, runs (fixed: 7-17 s each in CI's tree on the project's 2-core machine, 76 s in all;
+# docs/fuzzing.md), most bytes per input, dictionary (fuzz/dict/<dictionary>.dict, or - for none),
+# and optionally seconds per input.
 # mask_spec_long builds masks of up to 2^20 slices (the limit) at 2^30 tokens: 0.4 s in Release,
 # about 8 s under ASan + UBSan + coverage, so its inputs get 60 s.
 harnesses=(
