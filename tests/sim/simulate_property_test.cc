@@ -121,6 +121,13 @@ TEST(ScheduleBySimulation, FindsAFasterCountThanTheCostModel) {
   EXPECT_LT(s.searched_s, s.model_s);
 }
 
+// `plan` simulated with its trace on the p4de model (with the plan's devices per node).
+Result<SimReport> SimulateWithTrace(const Plan& plan) {
+  ClusterSpec cluster = *ClusterPreset("p4de");
+  cluster.devices_per_node = plan.topology.devices_per_node;
+  return SimulatePlan(plan, cluster, {.trace = true});
+}
+
 // The trace's slices of one track (a device's compute thread, one of its comm threads) never
 // overlap, also after rounding to the trace's nanoseconds (issue 18: a slice ended 1 ns after the
 // next began when its duration was rounded apart from its start).
@@ -130,9 +137,7 @@ TEST(SimulatePlan, TraceSlicesNeverOverlapOnATrack) {
     SCOPED_TRACE(::testing::Message() << "seed " << seed << ", topology " << c.topology.ToString());
     Result<Plan> plan = CompileCase(c);
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-    ClusterSpec cluster = *ClusterPreset("p4de");
-    cluster.devices_per_node = c.topology.devices_per_node;
-    const Result<SimReport> report = SimulatePlan(*plan, cluster, {.trace = true});
+    const Result<SimReport> report = SimulateWithTrace(*plan);
     ASSERT_TRUE(report.ok()) << report.status().ToString();
     EXPECT_EQ(testing::CountOverlappingSlices(nlohmann::json::parse(report->trace_json)), 0);
   }
@@ -152,9 +157,7 @@ TEST(SimulatePlan, TraceCountsEachDevicesBufferBytesPerPass) {
     SCOPED_TRACE(::testing::Message() << "seed " << seed);
     Result<Plan> plan = CompileCase(c);
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-    ClusterSpec cluster = *ClusterPreset("p4de");
-    cluster.devices_per_node = c.topology.devices_per_node;
-    const Result<SimReport> report = SimulatePlan(*plan, cluster, {.trace = true});
+    const Result<SimReport> report = SimulateWithTrace(*plan);
     ASSERT_TRUE(report.ok()) << report.status().ToString();
     std::vector<std::vector<std::pair<int64_t, int64_t>>> samples(plan->topology.devices());
     const nlohmann::json trace = nlohmann::json::parse(report->trace_json);
