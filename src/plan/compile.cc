@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <span>
 
 #include "dcp/plan.h"
 #include "plan/program_builder.h"
@@ -129,10 +130,18 @@ class Compiler {
     if (schedule.reduce_in_node) PlanNodeSums();
     for (Pass pass : {Pass::kForward, Pass::kBackward}) {
       PlanReturns(pass);
+      returns_of_[static_cast<int>(pass)] = CarriesOf(returns_[static_cast<int>(pass)]);
+      std::vector<std::pair<int32_t, Key>>& incoming = incoming_[static_cast<int>(pass)];
       for (int32_t d = 0; d < topology.devices(); ++d) {
-        partial_keys_[static_cast<int>(pass)].push_back(PartialKeys(d, pass));
+        for (const Key& key : PartialKeys(d, pass)) incoming.push_back({d, key});
       }
+      // By owner, each in (sender, key) order: the order the owner posts its receives in.
+      std::stable_sort(incoming.begin(), incoming.end(), [this](const auto& a, const auto& b) {
+        return Owner(DataBlockId{a.second.block}) < Owner(DataBlockId{b.second.block});
+      });
     }
+    carries_of_ = CarriesOf(carries_);
+    last_sums_of_ = CarriesOf(last_sums_);
   }
 
   Program Build(DeviceId device, Pass pass) const;
@@ -170,6 +179,29 @@ class Compiler {
     return (static_cast<size_t>(device) * (schedule_.n_divisions + 1) + division) * 2 + phase;
   }
   int32_t Owner(DataBlockId b) const { return placement_.data_device[b.value].value; }
+
+  // A sorted carry list split by device: each device's carries (those it sends or receives) in
+  // the list's order, so sorted by division. Exchange reads one division of one device's list;
+  // scanning the whole list there cost devices^2 x divisions (TE on 256 devices: minutes).
+  using CarriesByDevice = std::vector<std::vector<Carry>>;
+  CarriesByDevice CarriesOf(const std::vector<Carry>& sorted) const {
+    CarriesByDevice of(topology_.devices());
+    for (const Carry& c : sorted) {
+      of[c.from].push_back(c);
+      if (c.to != c.from) of[c.to].push_back(c);
+    }
+    return of;
+  }
+  // The carries of `device` launched at `division`.
+  static std::span<const Carry> CarriesAt(const CarriesByDevice& of, int32_t device,
+                                          int32_t division) {
+    const std::vector<Carry>& list = of[device];
+    const auto begin = std::partition_point(list.begin(), list.end(),
+                                            [&](const Carry& c) { return c.division < division; });
+    const auto end = std::partition_point(begin, list.end(),
+                                          [&](const Carry& c) { return c.division == division; });
+    return {begin, end};
+  }
 
   // Appends a message entry: `slot` (of type `info`) holding a piece of data block `block`; only
   // the block's tokens travel.
@@ -232,7 +264,10 @@ class Compiler {
   std::vector<Carry> carries_;     // sorted: partials sent on in A launches (ring, node sums)
   std::vector<Carry> last_sums_;   // sorted: last-division partials to their aggregator, in B(n)
   std::vector<Carry> returns_[2];  // per pass, sorted
-  std::vector<std::vector<Key>> partial_keys_[2];  // per pass and device: PartialKeys
+  CarriesByDevice carries_of_, last_sums_of_, returns_of_[2];  // the lists above, by device
+  // Per pass, (sender, key) of every partial sent to its owner at the end (PartialKeys), ordered by
+  // owner, then sender and key.
+  std::vector<std::pair<int32_t, Key>> incoming_[2];
 };
 
 std::vector<Compiler::LastTile> Compiler::LastTiles(Pass pass) const {
@@ -421,8 +456,8 @@ void Compiler::Exchange(State& st, DeviceId device, Pass pass, int32_t division,
   }
   if (pass == Pass::kBackward) {
     BlockwiseReduction sums{.kind = ReductionKind::kSum, .ops = {}};
-    for (const Carry& c : phase == 0 ? carries_ : last_sums_) {
-      if (c.division != division - 1) continue;
+    for (const Carry& c :
+         CarriesAt(phase == 0 ? carries_of_ : last_sums_of_, device.value, division - 1)) {
       const SlotInfo partial = types_.Of(c.key.kind, /*accumulator=*/true);
       if (c.from == device.value) {
         const SlotId slot = MergeCarried(st, sums, c.key);
@@ -448,8 +483,8 @@ void Compiler::SendReturns(State& st, DeviceId device, Pass pass, int32_t launch
                            std::map<int32_t, PeerSlots>& recvs) const {
   BlockwiseReduction sums{.kind = ReductionKind::kSum, .ops = {}};
   BlockwiseCopy convert;
-  for (const Carry& r : returns_[static_cast<int>(pass)]) {
-    if (r.division != launch_division) continue;
+  for (const Carry& r :
+       CarriesAt(returns_of_[static_cast<int>(pass)], device.value, launch_division)) {
     const Key lse_key{r.key.block, r.key.head_group, TensorKind::kLse};
     if (r.from == device.value) {
       const SlotId packed = st.builder.NewBuffer(types_.Of(r.key.kind));
@@ -589,18 +624,21 @@ void Compiler::ReduceOutputs(State& st, DeviceId device, Pass pass) const {
     received[{key.block, key.head_group}][key.kind] = std::move(partials);
   }
   CommLaunch launch{.id = LaunchOutputs(schedule_.n_divisions), .sends = {}, .recvs = {}};
-  for (int32_t peer = 0; peer < topology_.devices(); ++peer) {
-    if (peer == device.value) continue;
-    for (const Key& key : partial_keys_[static_cast<int>(pass)][peer]) {
-      if (owner_of(key) != device.value) continue;
-      Partial p{st.builder.NewBuffer(types_.Of(key.kind)), -1};
-      AddEntry(recvs, peer, p.value, types_.Of(key.kind), key.block);
-      if (key.kind == TensorKind::kO) {
-        p.lse = st.builder.NewBuffer(types_.Of(TensorKind::kLse));
-        AddEntry(recvs, peer, p.lse, types_.Of(TensorKind::kLse), key.block);
-      }
-      received[{key.block, key.head_group}][key.kind].push_back(p);
+  const std::vector<std::pair<int32_t, Key>>& incoming = incoming_[static_cast<int>(pass)];
+  const auto begin = std::partition_point(incoming.begin(), incoming.end(), [&](const auto& e) {
+    return owner_of(e.second) < device.value;
+  });
+  const auto end = std::partition_point(
+      begin, incoming.end(), [&](const auto& e) { return owner_of(e.second) == device.value; });
+  for (auto it = begin; it != end; ++it) {
+    const auto& [peer, key] = *it;
+    Partial p{st.builder.NewBuffer(types_.Of(key.kind)), -1};
+    AddEntry(recvs, peer, p.value, types_.Of(key.kind), key.block);
+    if (key.kind == TensorKind::kO) {
+      p.lse = st.builder.NewBuffer(types_.Of(TensorKind::kLse));
+      AddEntry(recvs, peer, p.lse, types_.Of(TensorKind::kLse), key.block);
     }
+    received[{key.block, key.head_group}][key.kind].push_back(p);
   }
   EmitLaunch(st, std::move(launch), std::move(sends), std::move(recvs));
   st.builder.Emit(CommWait{.id = LaunchOutputs(schedule_.n_divisions)});

@@ -29,38 +29,72 @@ FlowNetwork::FlowNetwork(std::vector<double> capacities) : capacity_(std::move(c
 void FlowNetwork::Add(int32_t id, double bytes, int32_t a, int32_t b) {
   DCP_CHECK(bytes > 0 && a != b && a >= 0 && b >= 0 &&
             static_cast<size_t>(std::max(a, b)) < capacity_.size());
-  flows_.push_back(Flow{.id = id, .a = a, .b = b, .remaining = bytes});
+  pending_.push_back({.id = id, .a = a, .b = b, .bytes = bytes});
+}
+
+int32_t FlowNetwork::ClassOf(int32_t a, int32_t b) {
+  const int64_t key = static_cast<int64_t>(a) * static_cast<int64_t>(capacity_.size()) + b;
+  const auto [it, inserted] = class_of_.try_emplace(key, static_cast<int32_t>(classes_.size()));
+  if (inserted) {
+    classes_.emplace_back();
+    classes_.back().a = a;
+    classes_.back().b = b;
+  }
+  return it->second;
 }
 
 void FlowNetwork::Reallocate(double time) {
   DCP_CHECK(time >= time_, "time goes back from {} to {}", time_, time);
   const double dt = time - time_;
-  for (Flow& f : flows_) f.remaining = std::max(0.0, f.remaining - f.rate * dt);
+  for (int32_t c : active_) classes_[c].served += classes_[c].rate * dt;
   time_ = time;
-  if (flows_.empty()) return;
+  for (const Pending& p : pending_) {
+    const int32_t c = ClassOf(p.a, p.b);
+    Class& cls = classes_[c];
+    if (cls.flows.empty()) {
+      cls.served = 0;
+      active_.push_back(c);
+    }
+    cls.flows.emplace(cls.served + p.bytes, p.id);
+  }
+  pending_.clear();
+  if (active_.empty()) return;
+  Share();
+  for (int32_t c : active_) {
+    Class& cls = classes_[c];
+    const double remaining = cls.flows.top().first - cls.served;
+    cls.finish = remaining <= 0 ? time_ : time_ + remaining / cls.rate;
+  }
+}
 
-  // The flows of each resource, as one array indexed by begin_.
+// Progressive filling over the active classes, each weighing its flow count: the resource with
+// the smallest fair share fixes its classes' flows at that share. Shares only change when a class
+// of the resource is fixed elsewhere; stale heap entries are recognised by their version.
+void FlowNetwork::Share() {
   const size_t n = capacity_.size();
   std::fill(count_.begin(), count_.end(), 0);
-  for (const Flow& f : flows_) {
-    ++count_[f.a];
-    ++count_[f.b];
+  for (int32_t c : active_) {
+    count_[classes_[c].a] += classes_[c].count();
+    count_[classes_[c].b] += classes_[c].count();
+  }
+  // The active classes (positions in active_) of each resource, as one array indexed by begin_.
+  std::fill(cursor_.begin(), cursor_.end(), 0);
+  for (int32_t c : active_) {
+    ++cursor_[classes_[c].a];
+    ++cursor_[classes_[c].b];
   }
   begin_[0] = 0;
-  for (size_t r = 0; r < n; ++r) begin_[r + 1] = begin_[r] + count_[r];
+  for (size_t r = 0; r < n; ++r) begin_[r + 1] = begin_[r] + cursor_[r];
   members_.resize(begin_[n]);
   std::copy(begin_.begin(), begin_.end() - 1, cursor_.begin());
-  for (size_t i = 0; i < flows_.size(); ++i) {
-    members_[cursor_[flows_[i].a]++] = static_cast<int32_t>(i);
-    members_[cursor_[flows_[i].b]++] = static_cast<int32_t>(i);
+  for (size_t i = 0; i < active_.size(); ++i) {
+    members_[cursor_[classes_[active_[i]].a]++] = static_cast<int32_t>(i);
+    members_[cursor_[classes_[active_[i]].b]++] = static_cast<int32_t>(i);
   }
   std::fill(version_.begin(), version_.end(), 0);
   std::copy(capacity_.begin(), capacity_.end(), left_.begin());
-  fixed_.assign(flows_.size(), 0);
+  fixed_.assign(active_.size(), 0);
 
-  // Progressive filling: the resource with the smallest fair share fixes its flows at that share.
-  // Shares only change when a flow of the resource is fixed elsewhere; stale heap entries are
-  // recognised by their version.
   using Entry = std::tuple<double, int32_t, int32_t>;  // share, resource, version
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
   for (size_t r = 0; r < n; ++r) {
@@ -76,34 +110,41 @@ void FlowNetwork::Reallocate(double time) {
       const int32_t i = members_[m];
       if (fixed_[i]) continue;
       fixed_[i] = 1;
-      Flow& f = flows_[i];
-      f.rate = level;
-      const int32_t other = f.a == r ? f.b : f.a;
-      left_[other] = std::max(0.0, left_[other] - level);
-      if (--count_[other] > 0) {
+      Class& cls = classes_[active_[i]];
+      cls.rate = level;
+      const int32_t other = cls.a == r ? cls.b : cls.a;
+      left_[other] = std::max(0.0, left_[other] - level * cls.count());
+      count_[other] -= cls.count();
+      if (count_[other] > 0) {
         heap.emplace(left_[other] / count_[other], other, ++version_[other]);
       }
     }
     count_[r] = 0;
   }
-  for (Flow& f : flows_) {
-    f.finish = f.remaining <= 0 ? time_ : time_ + f.remaining / f.rate;
-  }
 }
 
 double FlowNetwork::NextFinish() const {
   double next = std::numeric_limits<double>::infinity();
-  for (const Flow& f : flows_) next = std::min(next, f.finish);
+  for (int32_t c : active_) next = std::min(next, classes_[c].finish);
   return next;
 }
 
 void FlowNetwork::TakeFinished(double time, std::vector<int32_t>* out) {
   const double limit = time + kFinishTolerance * std::max(time, 1e-6);
-  for (size_t i = 0; i < flows_.size();) {
-    if (flows_[i].finish <= limit) {
-      out->push_back(flows_[i].id);
-      flows_[i] = flows_.back();
-      flows_.pop_back();
+  for (size_t i = 0; i < active_.size();) {
+    Class& cls = classes_[active_[i]];
+    // Its flows in finishing order, each at the time its own bytes would take at the rate.
+    while (!cls.flows.empty()) {
+      const double remaining = cls.flows.top().first - cls.served;
+      const double finish = remaining <= 0 ? time_ : time_ + remaining / cls.rate;
+      if (finish > limit) break;
+      out->push_back(cls.flows.top().second);
+      cls.flows.pop();
+    }
+    if (cls.flows.empty()) {
+      cls.finish = std::numeric_limits<double>::infinity();
+      active_[i] = active_.back();
+      active_.pop_back();
     } else {
       ++i;
     }

@@ -10,7 +10,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
+#include <queue>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace dcp::sim {
@@ -34,21 +38,36 @@ class FlowNetwork {
   // Removes the flows that finish at `time` (within rounding) and appends their ids to `out`.
   void TakeFinished(double time, std::vector<int32_t>* out);
 
-  size_t running() const { return flows_.size(); }
-
  private:
-  struct Flow {
-    int32_t id = 0;
+  // The running flows over one pair of resources. They all get the same rate, so they are kept
+  // together: rates are shared out between classes, not flows (an all-to-all over nodes has
+  // devices^2 flows but only nodes^2 classes), and a flow's progress is the class's.
+  struct Class {
     int32_t a = 0, b = 0;
-    double remaining = 0;  // bytes left at time_
-    double rate = 0;       // bytes per second since time_
-    double finish = std::numeric_limits<double>::infinity();
+    double served = 0;  // bytes each of its flows has moved since the class was last empty
+    double rate = 0;    // bytes per second, per flow, since time_
+    double finish = std::numeric_limits<double>::infinity();  // of its first flow to finish
+    // (served when the flow joined + its bytes, id): the flow with the least finishes first.
+    std::priority_queue<std::pair<double, int32_t>, std::vector<std::pair<double, int32_t>>,
+                        std::greater<>>
+        flows;
+    int32_t count() const { return static_cast<int32_t>(flows.size()); }
+  };
+  struct Pending {
+    int32_t id = 0, a = 0, b = 0;
+    double bytes = 0;
   };
 
+  int32_t ClassOf(int32_t a, int32_t b);
+  void Share();
+
   std::vector<double> capacity_;
-  std::vector<Flow> flows_;
+  std::vector<Class> classes_;
+  std::unordered_map<int64_t, int32_t> class_of_;  // a * resources + b -> index in classes_
+  std::vector<int32_t> active_;                    // classes with running flows
+  std::vector<Pending> pending_;                   // added since the last Reallocate
   double time_ = 0;
-  // Scratch space of Reallocate, kept to avoid allocations.
+  // Scratch space of Share, kept to avoid allocations.
   std::vector<double> left_;
   std::vector<int32_t> count_, version_, cursor_, begin_, members_;
   std::vector<char> fixed_;

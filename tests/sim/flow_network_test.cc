@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: Apache-2.0
+// Max-min fair sharing of the flow network against rates and finish times derived by hand,
+// including flows that share both resources (one class) next to flows that share only one.
+#include "sim/flow_network.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+#include <vector>
+
+namespace dcp::sim {
+namespace {
+
+constexpr double kTolerance = 1e-12;
+
+std::vector<int32_t> TakeSorted(FlowNetwork& network, double time) {
+  std::vector<int32_t> ids;
+  network.TakeFinished(time, &ids);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+// Resources: 0 = egress of X (60 B/s), 1 = egress of Y (300 B/s), 2 = ingress of Z (120 B/s).
+// Flows 0 and 1 go X -> Z (30 B each), flow 2 goes Y -> Z (60 B). Progressive filling: X's share
+// is 60/2 = 30, Z's 120/3 = 40, Y's 300: X fills first and fixes flows 0 and 1 at 30, leaving Z
+// 120 - 2 x 30 = 60 for flow 2 alone. All three finish at 1 s.
+TEST(FlowNetwork, AResourceLeftByTwoFlowsOfAPairGivesTheRestToTheOthers) {
+  FlowNetwork network({60, 300, 120});
+  network.Add(0, 30, 0, 2);
+  network.Add(1, 30, 0, 2);
+  network.Add(2, 60, 1, 2);
+  network.Reallocate(0);
+  EXPECT_NEAR(network.NextFinish(), 1.0, kTolerance);
+  EXPECT_EQ(TakeSorted(network, network.NextFinish()), (std::vector<int32_t>{0, 1, 2}));
+  network.Reallocate(1.0);
+  EXPECT_EQ(network.NextFinish(), std::numeric_limits<double>::infinity());
+}
+
+// One pair of resources at 10 B/s. Flow 0 (10 B) runs alone from 0; flow 1 (10 B) joins at 0.5,
+// when flow 0 has 5 B left: both move at 5 B/s, flow 0 ends at 1.5 with flow 1 at 5 B left, which
+// then runs alone at 10 B/s and ends at 2.0.
+TEST(FlowNetwork, AFlowJoiningAPairSharesItFromThenOn) {
+  FlowNetwork network({10, 10});
+  network.Add(0, 10, 0, 1);
+  network.Reallocate(0);
+  EXPECT_NEAR(network.NextFinish(), 1.0, kTolerance);
+  network.Add(1, 10, 0, 1);
+  network.Reallocate(0.5);
+  EXPECT_NEAR(network.NextFinish(), 1.5, kTolerance);
+  EXPECT_EQ(TakeSorted(network, 1.5), std::vector<int32_t>{0});
+  network.Reallocate(1.5);
+  EXPECT_NEAR(network.NextFinish(), 2.0, kTolerance);
+  EXPECT_EQ(TakeSorted(network, 2.0), std::vector<int32_t>{1});
+}
+
+// Flows of one pair finish in the order of their sizes, each when its own bytes are through:
+// three flows of 10, 20 and 30 B at 30 B/s move at 10 B/s each, and the first ends at 1 s; the
+// other two, 10 and 20 B left, move at 15 B/s, and the second ends at 1 + 10/15; the last, 10 B
+// left, runs at 30 B/s and ends at 1 + 2/3 + 1/3 = 2 s.
+TEST(FlowNetwork, FlowsOfOnePairFinishInTheOrderOfTheirSizes) {
+  FlowNetwork network({30, 30});
+  network.Add(7, 30, 0, 1);
+  network.Add(5, 10, 0, 1);
+  network.Add(6, 20, 0, 1);
+  network.Reallocate(0);
+  const std::vector<std::pair<double, int32_t>> expected = {
+      {1.0, 5}, {1.0 + 10.0 / 15.0, 6}, {2.0, 7}};
+  for (const auto& [time, id] : expected) {
+    ASSERT_NEAR(network.NextFinish(), time, kTolerance) << id;
+    EXPECT_EQ(TakeSorted(network, network.NextFinish()), std::vector<int32_t>{id});
+    network.Reallocate(time);
+  }
+  EXPECT_EQ(network.NextFinish(), std::numeric_limits<double>::infinity());
+}
+
+}  // namespace
+}  // namespace dcp::sim
