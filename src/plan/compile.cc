@@ -32,6 +32,7 @@
 #include <map>
 #include <set>
 #include <span>
+#include <unordered_map>
 
 #include "dcp/plan.h"
 #include "plan/program_builder.h"
@@ -152,13 +153,20 @@ class Compiler {
     TensorKind kind;
     friend auto operator<=>(const Key&, const Key&) = default;
   };
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      return std::hash<uint64_t>{}(static_cast<uint64_t>(static_cast<uint32_t>(k.block)) << 32 ^
+                                   static_cast<uint64_t>(static_cast<uint32_t>(k.head_group)) << 8 ^
+                                   static_cast<uint64_t>(k.kind));
+    }
+  };
   // What an owner receives for one of its pieces: a partial result and, for O, its LSE.
   struct Partial {
     SlotId value, lse;
   };
   struct State {
     ProgramBuilder builder;
-    std::map<Key, SlotId> have;                    // inputs present (or arriving) on the device
+    std::unordered_map<Key, SlotId, KeyHash> have;  // inputs present (or arriving) on the device
     std::map<Key, SlotId> accumulator;             // partial results computed here
     std::map<Key, std::vector<SlotId>> carried;    // backward: partial dKV received from a ring hop
     std::map<Key, std::vector<Partial>> returned;  // partials of owned pieces returned early
