@@ -30,9 +30,9 @@
 // aggregator in B(n), right after it, and the sums cross in the output exchange.
 #include <algorithm>
 #include <map>
-#include <set>
 #include <span>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "dcp/plan.h"
 #include "plan/program_builder.h"
@@ -129,6 +129,8 @@ class Compiler {
     }
     if (schedule.carry_gradients) PlanCarries();
     if (schedule.reduce_in_node) PlanNodeSums();
+    carries_of_ = CarriesOf(carries_);
+    last_sums_of_ = CarriesOf(last_sums_);
     for (Pass pass : {Pass::kForward, Pass::kBackward}) {
       PlanReturns(pass);
       returns_of_[static_cast<int>(pass)] = CarriesOf(returns_[static_cast<int>(pass)]);
@@ -141,8 +143,6 @@ class Compiler {
         return Owner(DataBlockId{a.second.block}) < Owner(DataBlockId{b.second.block});
       });
     }
-    carries_of_ = CarriesOf(carries_);
-    last_sums_of_ = CarriesOf(last_sums_);
   }
 
   Program Build(DeviceId device, Pass pass) const;
@@ -158,6 +158,10 @@ class Compiler {
       return std::hash<uint64_t>{}(static_cast<uint64_t>(static_cast<uint32_t>(k.block)) << 32 ^
                                    static_cast<uint64_t>(static_cast<uint32_t>(k.head_group)) << 8 ^
                                    static_cast<uint64_t>(k.kind));
+    }
+    size_t operator()(const std::pair<Key, int32_t>& on_device) const {
+      return (*this)(on_device.first) * 0x9e3779b97f4a7c15ULL ^
+             static_cast<uint32_t>(on_device.second);
     }
   };
   // What an owner receives for one of its pieces: a partial result and, for O, its LSE.
@@ -307,7 +311,7 @@ std::vector<Compiler::LastTile> Compiler::LastTiles(Pass pass) const {
 // Partials carried to an aggregator arrive by then.
 void Compiler::PlanReturns(Pass pass) {
   const std::vector<LastTile> last = LastTiles(pass);
-  std::set<std::pair<Key, int32_t>> carrying;  // (key, device) sending its partial on
+  std::unordered_set<std::pair<Key, int32_t>, KeyHash> carrying;  // (key, device) sending it on
   if (pass == Pass::kBackward) {
     for (const Carry& c : carries_) {
       carrying.insert({c.key, c.from});
@@ -355,14 +359,21 @@ void Compiler::PlanNodeSums() {
 }
 
 void Compiler::PlanCarries() {
-  // Per dKV piece: where its KV is forwarded from each device, and each device's last tile on it.
-  std::map<Key, std::map<int32_t, std::vector<int32_t>>> next;
+  // Per dKV piece, where its KV is forwarded from each device: (piece, from, to), sorted.
+  struct Hop {
+    Key key;
+    int32_t from, to;
+    auto operator<=>(const Hop&) const = default;
+  };
+  std::vector<Hop> hops;
   for (const Transfer& t : schedule_.transfers) {
     if (t.side != Side::kColumn) continue;
-    next[{t.block.value, t.head_group, TensorKind::kDKV}][t.source.value].push_back(
-        t.destination.value);
+    hops.push_back({{t.block.value, t.head_group, TensorKind::kDKV}, t.source.value,
+                    t.destination.value});
   }
-  std::map<std::pair<Key, int32_t>, int32_t> last_tile;
+  std::sort(hops.begin(), hops.end());
+  // Each device's last tile on each piece.
+  std::unordered_map<std::pair<Key, int32_t>, int32_t, KeyHash> last_tile;
   for (int32_t c = 0; c < static_cast<int32_t>(blocks_.compute_blocks.size()); ++c) {
     const ComputeBlock& cb = blocks_.compute_blocks[c];
     int32_t& last = last_tile
@@ -373,17 +384,27 @@ void Compiler::PlanCarries() {
     last = std::max(last, schedule_.compute_division[c]);
   }
   const int32_t last_launch = schedule_.n_divisions - 1;  // A launches happen at 0 .. n - 1
-  for (const auto& [key, hops] : next) {
+  // Per device, for the piece at hand: its one next hop, or kNone / kMany (no chain through it).
+  constexpr int32_t kNone = -1, kMany = -2;
+  std::vector<int32_t> next(topology_.devices(), kNone);
+  std::vector<char> visited(topology_.devices(), 0);
+  std::vector<int32_t> path;
+  for (size_t begin = 0, end = 0; begin < hops.size(); begin = end) {
+    const Key key = hops[begin].key;
+    for (end = begin; end < hops.size() && hops[end].key == key; ++end) {
+      int32_t& n = next[hops[end].from];
+      n = n == kNone ? hops[end].to : kMany;
+    }
     int32_t device = Owner(DataBlockId{key.block});
     int32_t arrived = -1;  // the launch division of the partial `device` received, or -1
-    std::vector<bool> visited(topology_.devices(), false);
+    path.clear();
     while (true) {
-      visited[device] = true;
-      auto hop = hops.find(device);
-      if (hop == hops.end() || hop->second.size() != 1 || visited[hop->second[0]]) break;
+      visited[device] = 1;
+      path.push_back(device);
+      const int32_t to = next[device];
+      if (to < 0 || visited[to]) break;
       auto last = last_tile.find({key, device});
       const int32_t ready = std::max(last == last_tile.end() ? -1 : last->second, arrived);
-      const int32_t to = hop->second[0];
       if (ready < 0) {  // nothing to carry from here: the next hop starts afresh
         device = to;
         arrived = -1;
@@ -394,6 +415,8 @@ void Compiler::PlanCarries() {
       device = to;
       arrived = ready + 1;
     }
+    for (int32_t d : path) visited[d] = 0;
+    for (size_t i = begin; i < end; ++i) next[hops[i].from] = kNone;
   }
   std::sort(carries_.begin(), carries_.end());
 }
@@ -578,14 +601,14 @@ std::vector<Compiler::Key> Compiler::PartialKeys(int32_t device, Pass pass) cons
   }
   std::vector<Key> gone;          // returned early, or (backward) carried away
   if (pass == Pass::kBackward) {  // partials carried here stay, those carried away are gone
-    for (const auto* list : {&carries_, &last_sums_}) {
-      for (const Carry& c : *list) {
+    for (const auto* of : {&carries_of_, &last_sums_of_}) {
+      for (const Carry& c : (*of)[device]) {
         if (c.to == device) keys.push_back(c.key);
         if (c.from == device) gone.push_back(c.key);
       }
     }
   }
-  for (const Carry& r : returns_[static_cast<int>(pass)]) {
+  for (const Carry& r : returns_of_[static_cast<int>(pass)][device]) {
     if (r.from == device) gone.push_back(r.key);
   }
   std::sort(keys.begin(), keys.end());
