@@ -2,7 +2,6 @@
 #include "sim/flow_network.h"
 
 #include <algorithm>
-#include <queue>
 #include <tuple>
 
 #include "dcp/status.h"
@@ -11,7 +10,7 @@ namespace dcp::sim {
 namespace {
 
 // Flows finishing within this relative distance of an event's time finish at it; it absorbs the
-// rounding of remaining -= rate * dt.
+// rounding of a class's served bytes (served += rate * dt) against each flow's finishing point.
 constexpr double kFinishTolerance = 1e-12;
 
 }  // namespace
@@ -137,7 +136,10 @@ void FlowNetwork::TakeFinished(double time, std::vector<int32_t>* out) {
     while (!cls.flows.empty()) {
       const double remaining = cls.flows.top().first - cls.served;
       const double finish = remaining <= 0 ? time_ : time_ + remaining / cls.rate;
-      if (finish > limit) break;
+      if (finish > limit) {
+        cls.finish = finish;  // NextFinish stays right before the next Reallocate
+        break;
+      }
       out->push_back(cls.flows.top().second);
       cls.flows.pop();
     }

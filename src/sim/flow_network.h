@@ -8,7 +8,6 @@
 // so its finish time is known exactly.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -44,7 +43,7 @@ class FlowNetwork {
   // devices^2 flows but only nodes^2 classes), and a flow's progress is the class's.
   struct Class {
     int32_t a = 0, b = 0;
-    double served = 0;  // bytes each of its flows has moved since the class was last empty
+    double served = 0;  // bytes a flow running since the class was last empty has moved
     double rate = 0;    // bytes per second, per flow, since time_
     double finish = std::numeric_limits<double>::infinity();  // of its first flow to finish
     // (served when the flow joined + its bytes, id): the flow with the least finishes first.

@@ -75,5 +75,26 @@ TEST(FlowNetwork, FlowsOfOnePairFinishInTheOrderOfTheirSizes) {
   EXPECT_EQ(network.NextFinish(), std::numeric_limits<double>::infinity());
 }
 
+// Between TakeFinished and the next Reallocate, NextFinish names the next flow still running at
+// the old rates: flows of 10 and 20 B share 30 B/s at 15 B/s each; the first ends at 2/3 s with
+// the second at 10 B left, which would end at 2/3 + 2/3 s at 15 B/s, and ends at 2/3 + 1/3 s
+// alone at 30 B/s. A class emptied and refilled starts afresh: 30 B added at 2 s end at 3 s.
+TEST(FlowNetwork, NextFinishIsTheNextFlowsUntilRatesAreRecomputed) {
+  FlowNetwork network({30, 30});
+  network.Add(0, 10, 0, 1);
+  network.Add(1, 20, 0, 1);
+  network.Reallocate(0);
+  EXPECT_NEAR(network.NextFinish(), 2.0 / 3.0, kTolerance);
+  EXPECT_EQ(TakeSorted(network, 2.0 / 3.0), std::vector<int32_t>{0});
+  EXPECT_NEAR(network.NextFinish(), 4.0 / 3.0, kTolerance);
+  network.Reallocate(2.0 / 3.0);
+  EXPECT_NEAR(network.NextFinish(), 1.0, kTolerance);
+  EXPECT_EQ(TakeSorted(network, network.NextFinish()), std::vector<int32_t>{1});
+  network.Reallocate(1.0);
+  network.Add(2, 30, 0, 1);
+  network.Reallocate(2.0);
+  EXPECT_NEAR(network.NextFinish(), 3.0, kTolerance);
+}
+
 }  // namespace
 }  // namespace dcp::sim
