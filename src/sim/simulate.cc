@@ -116,7 +116,9 @@ class PassSimulator {
       launch_of_[d].assign(n, -1);
       for (size_t i = 0; i < n; ++i) {
         const Instruction& instruction = program.instructions[i];
-        DCP_RETURN_IF_ERROR(CheckInstruction(plan_, program, i).WithContext(Where(d)));
+        if (Status status = CheckInstruction(plan_, program, i); !status.ok()) {
+          return status.WithContext(Where(d));  // formatted only on error: this runs per instruction
+        }
         seconds_[d][i] = InstructionSeconds(plan_, program, instruction, cluster_.device);
         if (const auto* call = std::get_if<BlockwiseAttention>(&instruction)) {
           stats_[d].attention_flops += AttentionFlops(plan_, *call);
