@@ -128,11 +128,12 @@ class Compiler {
       tiles_[Index(placement.compute_device[c].value, schedule.compute_division[c])].push_back(c);
     }
     if (schedule.carry_gradients) PlanCarries();
-    if (schedule.reduce_in_node) PlanNodeSums();
+    const std::vector<LastTile> last_backward = LastTiles(Pass::kBackward);
+    if (schedule.reduce_in_node) PlanNodeSums(last_backward);
     carries_of_ = CarriesOf(carries_);
     last_sums_of_ = CarriesOf(last_sums_);
     for (Pass pass : {Pass::kForward, Pass::kBackward}) {
-      PlanReturns(pass);
+      PlanReturns(pass, pass == Pass::kBackward ? last_backward : LastTiles(pass));
       returns_of_[static_cast<int>(pass)] = CarriesOf(returns_[static_cast<int>(pass)]);
       std::vector<std::pair<int32_t, Key>>& incoming = incoming_[static_cast<int>(pass)];
       for (int32_t d = 0; d < topology.devices(); ++d) {
@@ -170,7 +171,8 @@ class Compiler {
   };
   struct State {
     ProgramBuilder builder;
-    std::unordered_map<Key, SlotId, KeyHash> have;  // inputs present (or arriving) on the device
+    // Inputs present (or arriving) on the device: looked up per tile, never iterated.
+    std::unordered_map<Key, SlotId, KeyHash> have;
     std::map<Key, SlotId> accumulator;             // partial results computed here
     std::map<Key, std::vector<SlotId>> carried;    // backward: partial dKV received from a ring hop
     std::map<Key, std::vector<Partial>> returned;  // partials of owned pieces returned early
@@ -235,13 +237,17 @@ class Compiler {
   using LastTile = std::pair<std::pair<int32_t, Key>, int32_t>;
   std::vector<LastTile> LastTiles(Pass pass) const;
   void PlanCarries();
-  void PlanNodeSums();
-  void PlanReturns(Pass pass);
-  // The keys of the partial results a tile adds to in `pass`.
-  std::vector<Key> ResultKeys(const ComputeBlock& cb, Pass pass) const {
-    if (pass == Pass::kForward) return {{cb.q_block.value, cb.head_group, TensorKind::kO}};
-    return {{cb.q_block.value, cb.head_group, TensorKind::kDQ},
-            {cb.kv_block.value, cb.head_group, TensorKind::kDKV}};
+  void PlanNodeSums(const std::vector<LastTile>& last_backward);
+  void PlanReturns(Pass pass, const std::vector<LastTile>& last);
+  // Calls f with the key of each partial result a tile adds to in `pass`.
+  template <typename F>
+  static void ForEachResultKey(const ComputeBlock& cb, Pass pass, F f) {
+    if (pass == Pass::kForward) {
+      f(Key{cb.q_block.value, cb.head_group, TensorKind::kO});
+    } else {
+      f(Key{cb.q_block.value, cb.head_group, TensorKind::kDQ});
+      f(Key{cb.kv_block.value, cb.head_group, TensorKind::kDKV});
+    }
   }
   void SendReturns(State& st, DeviceId device, Pass pass, int32_t launch_division,
                    std::map<int32_t, PeerSlots>& sends, std::map<int32_t, PeerSlots>& recvs) const;
@@ -284,24 +290,18 @@ class Compiler {
 
 std::vector<Compiler::LastTile> Compiler::LastTiles(Pass pass) const {
   std::vector<LastTile> last;
-  std::vector<std::pair<Key, int32_t>> on_device;  // (key, division) of each tile's results
+  std::unordered_map<Key, int32_t, KeyHash> latest;  // a device's keys: its last tile's division
+  std::vector<std::pair<Key, int32_t>> sorted;
   for (int32_t d = 0; d < topology_.devices(); ++d) {
-    on_device.clear();
-    for (int32_t t = 0; t < schedule_.n_divisions; ++t) {
+    latest.clear();
+    for (int32_t t = 0; t < schedule_.n_divisions; ++t) {  // ascending, so the last one stays
       for (int32_t c : tiles_[Index(d, t)]) {
-        for (const Key& key : ResultKeys(blocks_.compute_blocks[c], pass)) {
-          on_device.push_back({key, t});
-        }
+        ForEachResultKey(blocks_.compute_blocks[c], pass, [&](const Key& key) { latest[key] = t; });
       }
     }
-    std::sort(on_device.begin(), on_device.end());
-    for (const auto& [key, division] : on_device) {  // the last of each key has its latest
-      if (!last.empty() && last.back().first == std::pair{d, key}) {
-        last.back().second = division;
-      } else {
-        last.push_back({{d, key}, division});
-      }
-    }
+    sorted.assign(latest.begin(), latest.end());
+    std::sort(sorted.begin(), sorted.end());
+    for (const auto& [key, division] : sorted) last.push_back({{d, key}, division});
   }
   return last;
 }
@@ -309,8 +309,7 @@ std::vector<Compiler::LastTile> Compiler::LastTiles(Pass pass) const {
 // A device returns its partial of a piece early, in the first A launch after its last tile on it,
 // unless it sends it on (to a ring's next hop or its node's aggregator) or takes part in a ring.
 // Partials carried to an aggregator arrive by then.
-void Compiler::PlanReturns(Pass pass) {
-  const std::vector<LastTile> last = LastTiles(pass);
+void Compiler::PlanReturns(Pass pass, const std::vector<LastTile>& last) {
   std::unordered_set<std::pair<Key, int32_t>, KeyHash> carrying;  // (key, device) sending it on
   if (pass == Pass::kBackward) {
     for (const Carry& c : carries_) {
@@ -329,11 +328,11 @@ void Compiler::PlanReturns(Pass pass) {
   std::sort(returns.begin(), returns.end());
 }
 
-void Compiler::PlanNodeSums() {
+void Compiler::PlanNodeSums(const std::vector<LastTile>& last_backward) {
   const int32_t last = schedule_.n_divisions - 1;
   // Per (key, node away from its owner): (division of the last tile, device) of each partial.
   std::map<std::pair<Key, int32_t>, std::vector<std::pair<int32_t, int32_t>>> groups;
-  for (const auto& [where, division] : LastTiles(Pass::kBackward)) {
+  for (const auto& [where, division] : last_backward) {
     const auto& [device, key] = where;
     const int32_t node = topology_.NodeOf(DeviceId{device});
     if (node == topology_.NodeOf(DeviceId{Owner(DataBlockId{key.block})})) continue;
@@ -368,8 +367,8 @@ void Compiler::PlanCarries() {
   std::vector<Hop> hops;
   for (const Transfer& t : schedule_.transfers) {
     if (t.side != Side::kColumn) continue;
-    hops.push_back({{t.block.value, t.head_group, TensorKind::kDKV}, t.source.value,
-                    t.destination.value});
+    hops.push_back(
+        {{t.block.value, t.head_group, TensorKind::kDKV}, t.source.value, t.destination.value});
   }
   std::sort(hops.begin(), hops.end());
   // Each device's last tile on each piece.
@@ -590,13 +589,8 @@ std::vector<Compiler::Key> Compiler::PartialKeys(int32_t device, Pass pass) cons
   std::vector<Key> keys;
   for (int32_t t = 0; t < schedule_.n_divisions; ++t) {
     for (int32_t c : tiles_[Index(device, t)]) {
-      const ComputeBlock& cb = blocks_.compute_blocks[c];
-      if (pass == Pass::kForward) {
-        keys.push_back({cb.q_block.value, cb.head_group, TensorKind::kO});
-      } else {
-        keys.push_back({cb.q_block.value, cb.head_group, TensorKind::kDQ});
-        keys.push_back({cb.kv_block.value, cb.head_group, TensorKind::kDKV});
-      }
+      ForEachResultKey(blocks_.compute_blocks[c], pass,
+                       [&](const Key& key) { keys.push_back(key); });
     }
   }
   std::vector<Key> gone;          // returned early, or (backward) carried away
