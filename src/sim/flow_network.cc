@@ -59,11 +59,12 @@ void FlowNetwork::Reallocate(double time) {
   pending_.clear();
   if (active_.empty()) return;
   Share();
-  for (int32_t c : active_) {
-    Class& cls = classes_[c];
-    const double remaining = cls.flows.top().first - cls.served;
-    cls.finish = remaining <= 0 ? time_ : time_ + remaining / cls.rate;
-  }
+  for (int32_t c : active_) classes_[c].finish = FirstFinish(classes_[c]);
+}
+
+double FlowNetwork::FirstFinish(const Class& cls) const {
+  const double remaining = cls.flows.top().first - cls.served;
+  return remaining <= 0 ? time_ : time_ + remaining / cls.rate;
 }
 
 // Progressive filling over the active classes, each weighing its flow count: the resource with
@@ -71,16 +72,15 @@ void FlowNetwork::Reallocate(double time) {
 // of the resource is fixed elsewhere; stale heap entries are recognised by their version.
 void FlowNetwork::Share() {
   const size_t n = capacity_.size();
+  // Per resource, its flows (count_) and its active classes (cursor_, then as one array of
+  // positions in active_ indexed by begin_).
   std::fill(count_.begin(), count_.end(), 0);
-  for (int32_t c : active_) {
-    count_[classes_[c].a] += classes_[c].count();
-    count_[classes_[c].b] += classes_[c].count();
-  }
-  // The active classes (positions in active_) of each resource, as one array indexed by begin_.
   std::fill(cursor_.begin(), cursor_.end(), 0);
   for (int32_t c : active_) {
-    ++cursor_[classes_[c].a];
-    ++cursor_[classes_[c].b];
+    for (const int32_t r : {classes_[c].a, classes_[c].b}) {
+      count_[r] += classes_[c].count();
+      ++cursor_[r];
+    }
   }
   begin_[0] = 0;
   for (size_t r = 0; r < n; ++r) begin_[r + 1] = begin_[r] + cursor_[r];
@@ -134,8 +134,7 @@ void FlowNetwork::TakeFinished(double time, std::vector<int32_t>* out) {
     Class& cls = classes_[active_[i]];
     // Its flows in finishing order, each at the time its own bytes would take at the rate.
     while (!cls.flows.empty()) {
-      const double remaining = cls.flows.top().first - cls.served;
-      const double finish = remaining <= 0 ? time_ : time_ + remaining / cls.rate;
+      const double finish = FirstFinish(cls);
       if (finish > limit) {
         cls.finish = finish;  // NextFinish stays right before the next Reallocate
         break;

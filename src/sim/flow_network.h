@@ -59,6 +59,8 @@ class FlowNetwork {
 
   int32_t ClassOf(int32_t a, int32_t b);
   void Share();
+  // When the first of a class's flows finishes at the rates since time_ (REQUIRES: it has flows).
+  double FirstFinish(const Class& cls) const;
 
   std::vector<double> capacity_;
   std::vector<Class> classes_;
