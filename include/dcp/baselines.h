@@ -109,6 +109,15 @@ inline constexpr int64_t kFcpBlockTokens[] = {1024, 2048, 4096};
 std::vector<BaselineVariant> BaselineVariants(Strategy strategy, const AttentionShape& shape,
                                               const Topology& topology);
 
+// PlanBaseline in two steps, for callers that look at a layout before paying for its compile:
+// LayOutBaseline fills everything but `plan` (blocks, placement, schedule, padded_tokens; errors as
+// PlanBaseline's), CompileBaseline then compiles it into `plan` (REQUIRES: `laid_out` from
+// LayOutBaseline with the same strategy, batch and options).
+Result<BaselinePlan> LayOutBaseline(Strategy strategy, const Batch& batch,
+                                    const BaselineOptions& options);
+Status CompileBaseline(Strategy strategy, const Batch& batch, const BaselineOptions& options,
+                       BaselinePlan* laid_out);
+
 // Plans `batch` the way `strategy` (not kDcp) would. Returns InvalidArgument for bad options and
 // Unsupported where the strategy cannot run the batch on the topology (ulysses when P does not
 // divide the KV heads), with the reason. fcp and magi plan every batch and mask.

@@ -136,6 +136,10 @@ struct CandidateOutcome {
   int64_t peak_bytes = 0;   // the largest device peak of buffer bytes
   double peak_imbalance = 0;  // max/mean of the devices' peaks
   std::string error;        // why it was not planned (or was over the memory budget), or empty
+  // Not planned because it could not have been chosen: its attention alone is slower on the
+  // cluster model than a candidate of dcp's own (AttentionLowerBoundSeconds; `error` says by how
+  // much).
+  bool skipped = false;
 };
 
 struct PlannedBatch {

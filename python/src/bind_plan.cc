@@ -215,12 +215,14 @@ programs are; hash() is the same on every rank holding the same plan. Immutable.
               d["simulated_s"] = c.simulated_s;
               d["peak_bytes"] = c.peak_bytes;
               d["error"] = c.error;
+              d["skipped"] = c.skipped;
               out.append(d);
             }
             return out;
           },
           "The tuning's candidates in order: dicts of name, own (dcp's placement or a static "
-          "layout), simulated_s, peak_bytes, error; [] for a single pinned pass.")
+          "layout), simulated_s, peak_bytes, error, skipped (not planned: it could not have "
+          "won); [] for a single pinned pass.")
       .def_property_readonly(
           "planning_ms",
           [](const PyPlan& p) {

@@ -313,21 +313,30 @@ int64_t MagiChunkTokens(int64_t total_tokens, const BaselineOptions& options) {
   return options.magi_chunk_size > 0 ? std::min(automatic, options.magi_chunk_size) : automatic;
 }
 
+Result<BaselinePlan> LayOutBaseline(Strategy strategy, const Batch& batch,
+                                    const BaselineOptions& options) {
+  DCP_RETURN_IF_ERROR(options.Validate());
+  if (strategy == Strategy::kFcp) return internal::PlanFcp(batch, options);
+  if (strategy == Strategy::kMagi) return internal::PlanMagi(batch, options);
+  BaselinePlan out;
+  DCP_ASSIGN_OR_RETURN(const Layout layout, MakeLayout(strategy, batch.shape(), options));
+  MakeBlocksAndPlacement(layout, batch, &out);
+  out.padded_tokens = PaddedTokens(layout, batch, options.topology.devices());
+  return out;
+}
+
+Status CompileBaseline(Strategy strategy, const Batch& batch, const BaselineOptions& options,
+                       BaselinePlan* laid_out) {
+  DCP_ASSIGN_OR_RETURN(laid_out->plan, CompilePlan(batch, laid_out->blocks, laid_out->placement,
+                                                   laid_out->schedule, options.topology));
+  laid_out->plan.origin = VariantName(strategy, options);
+  return Status::Ok();
+}
+
 Result<BaselinePlan> PlanBaseline(Strategy strategy, const Batch& batch,
                                   const BaselineOptions& options) {
-  DCP_RETURN_IF_ERROR(options.Validate());
-  BaselinePlan out;
-  if (strategy == Strategy::kFcp || strategy == Strategy::kMagi) {
-    DCP_ASSIGN_OR_RETURN(out, strategy == Strategy::kFcp ? internal::PlanFcp(batch, options)
-                                                         : internal::PlanMagi(batch, options));
-  } else {
-    DCP_ASSIGN_OR_RETURN(const Layout layout, MakeLayout(strategy, batch.shape(), options));
-    MakeBlocksAndPlacement(layout, batch, &out);
-    out.padded_tokens = PaddedTokens(layout, batch, options.topology.devices());
-  }
-  DCP_ASSIGN_OR_RETURN(out.plan, CompilePlan(batch, out.blocks, out.placement, out.schedule,
-                                             options.topology));
-  out.plan.origin = VariantName(strategy, options);
+  DCP_ASSIGN_OR_RETURN(BaselinePlan out, LayOutBaseline(strategy, batch, options));
+  DCP_RETURN_IF_ERROR(CompileBaseline(strategy, batch, options, &out));
   return out;
 }
 

@@ -197,7 +197,8 @@ nlohmann::json CandidatesJson(const PlannedBatch& planned) {
                    {"simulated_ms", c.simulated_s * 1e3},
                    {"peak_bytes", c.peak_bytes},
                    {"peak_imbalance", c.peak_imbalance},
-                   {"error", c.error}});
+                   {"error", c.error},
+                   {"skipped", c.skipped}});
   }
   return out;
 }

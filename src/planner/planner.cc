@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -168,12 +169,13 @@ Status SpreadPeaks(const Batch& batch, const PlanOptions& options, PlannedBatch*
   return Status::Ok();
 }
 
-// Another strategy's plan, with its placement priced like dcp's.
+// Another strategy's laid-out plan (LayOutBaseline) compiled, with its placement priced like
+// dcp's.
 Result<PlannedBatch> PlanStatic(const Batch& batch, Strategy strategy,
-                                const BaselineOptions& options) {
+                                const BaselineOptions& options, BaselinePlan baseline) {
   PlannedBatch out;
   Stopwatch watch;
-  DCP_ASSIGN_OR_RETURN(BaselinePlan baseline, PlanBaseline(strategy, batch, options));
+  DCP_RETURN_IF_ERROR(CompileBaseline(strategy, batch, options, &baseline));
   out.ms.compile = watch.Lap();
   out.blocks = std::move(baseline.blocks);
   out.placed.placement = std::move(baseline.placement);
@@ -253,23 +255,71 @@ std::vector<Candidate> CandidatesOf(const Batch& batch, const PlanOptions& optio
   return candidates;
 }
 
-// A candidate planned and measured.
+// A candidate planned and measured; `planned` is empty when the candidate was skipped (its
+// outcome's error says why) or the tuning was cancelled before it.
 struct Tried {
   std::optional<Result<PlannedBatch>> planned;
   CandidateOutcome outcome;
   bool over_budget = false;
 };
 
-Tried Try(const Batch& batch, const Candidate& candidate, const PlanOptions& options) {
+bool Planned(const Tried& t) { return t.planned && t.planned->ok(); }
+
+// A time that a candidate slower than it cannot win by (Choose): the least, over dcp's own planned
+// candidates, of the simulated time, times 1 + balance_slack for one whose peaks are spread beyond
+// the bound. A candidate slower than a balanced one is neither the fastest nor the fastest
+// balanced; one slower than 1 + slack times an unbalanced one is not the fastest and, as the
+// fastest balanced, would lose to the fastest of all, as would the next balanced one without it.
+// Infinite when none was planned.
+double WinningBound(const std::vector<Tried>& tried, const TuningOptions& tuning) {
+  double bound = std::numeric_limits<double>::infinity();
+  for (const Tried& t : tried) {
+    if (!Planned(t) || !t.outcome.own) continue;
+    const double slack =
+        t.outcome.peak_imbalance <= tuning.max_peak_imbalance ? 1 : 1 + tuning.balance_slack;
+    bound = std::min(bound, t.outcome.simulated_s * slack);
+  }
+  return bound;
+}
+
+// Another strategy's candidate, laid out and then compiled, unless even its attention's lower
+// bound (AttentionLowerBoundSeconds) is above `bound_s`: then nothing (`skipped` says why), since
+// it could not have been chosen.
+std::optional<Result<PlannedBatch>> PlanOther(const Batch& batch, const Candidate& candidate,
+                                              const PlanOptions& options, double bound_s,
+                                              std::string* skipped) {
+  Result<BaselinePlan> laid = LayOutBaseline(candidate.strategy, batch, candidate.baseline);
+  if (!laid.ok()) return laid.status();
+  const double lower = AttentionLowerBoundSeconds(
+      laid->blocks, laid->placement, options.topology.devices(), CostCluster(options).device);
+  if (lower > bound_s) {
+    *skipped = fmt::format(
+        "not planned: its attention alone takes at least {:.3f} ms on the cluster model, slower "
+        "than a candidate of dcp's own ({:.3f} ms)",
+        lower * 1e3, bound_s * 1e3);
+    return std::nullopt;
+  }
+  return PlanStatic(batch, candidate.strategy, candidate.baseline, std::move(*laid));
+}
+
+Tried Try(const Batch& batch, const Candidate& candidate, const PlanOptions& options,
+          double bound_s) {
   Tried t;
   t.outcome.own = candidate.own.has_value();
   t.outcome.name = candidate.name;
-  Result<PlannedBatch> planned =
-      candidate.own ? PlanOnce(batch, *candidate.own)
-                    : PlanStatic(batch, candidate.strategy, candidate.baseline);
-  if (planned.ok() && candidate.own) {
-    if (Status s = SpreadPeaks(batch, *candidate.own, &*planned); !s.ok()) planned = s;
+  if (candidate.own) {
+    t.planned = PlanOnce(batch, *candidate.own);
+    if (t.planned->ok()) {
+      if (Status s = SpreadPeaks(batch, *candidate.own, &**t.planned); !s.ok()) t.planned = s;
+    }
+  } else {
+    t.planned = PlanOther(batch, candidate, options, bound_s, &t.outcome.error);
+    if (!t.planned) {
+      t.outcome.skipped = true;
+      return t;
+    }
   }
+  Result<PlannedBatch>& planned = *t.planned;
   if (planned.ok()) {
     t.outcome.name = planned->plan.origin;
     std::tie(t.outcome.peak_bytes, t.outcome.peak_imbalance) = Peaks(planned->plan);
@@ -285,7 +335,6 @@ Tried Try(const Batch& batch, const Candidate& candidate, const PlanOptions& opt
     }
   }
   if (!planned.ok()) t.outcome.error = planned.status().ToString();
-  t.planned = std::move(planned);
   return t;
 }
 
@@ -305,6 +354,7 @@ Status NoCandidate(const std::vector<Tried>& tried, const PlanOptions& options) 
         options.memory_budget_bytes, tried.size(), smallest->outcome.peak_bytes,
         smallest->outcome.name));
   }
+  // Nothing is skipped unless a candidate was planned, so the first was tried and failed.
   return tried.front().planned->status().WithContext(
       fmt::format("candidate {}", tried.front().outcome.name));
 }
@@ -341,7 +391,7 @@ std::optional<size_t> Choose(const std::vector<Tried>& tried, const TuningOption
   std::optional<size_t> fastest, balanced;
   for (size_t i = 0; i < tried.size(); ++i) {
     const CandidateOutcome& o = tried[i].outcome;
-    if (!tried[i].planned->ok() || (own_only && !o.own)) continue;
+    if (!Planned(tried[i]) || (own_only && !o.own)) continue;
     if (!fastest || o.simulated_s < tried[*fastest].outcome.simulated_s) fastest = i;
     if (o.peak_imbalance <= tuning.max_peak_imbalance &&
         (!balanced || o.simulated_s < tried[*balanced].outcome.simulated_s)) {
@@ -355,9 +405,12 @@ std::optional<size_t> Choose(const std::vector<Tried>& tried, const TuningOption
   return fastest;
 }
 
-// Plans every candidate on `threads` threads and keeps the fastest on the cluster model.
-// Candidates are independent and the winner is chosen in candidate order, so the result does
-// not depend on the thread count.
+// Plans every candidate on `threads` threads and keeps the fastest on the cluster model: dcp's
+// own first, then the other strategies, each skipped when its layout's attention alone is slower
+// than the own ones' WinningBound (so the choice is the one planning every candidate would make:
+// 128K tokens on 4x8 skip TE, zigzag and LoongTrain on most batches, the costliest to compile, as
+// they cut every sequence into 2 x devices chunks). Candidates are independent and the winner is
+// chosen in candidate order, so the result does not depend on the thread count.
 Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
                           const std::vector<Candidate>& candidates) {
   std::vector<Tried> tried(candidates.size());
@@ -365,15 +418,21 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
   const auto total = static_cast<int32_t>(candidates.size());
   std::atomic<int32_t> done{0};
   ReportProgress(options.monitor, "candidates", 0, total);
-  // Taken last first: the other strategies come last and cost the most (TE, zigzag and
-  // LoongTrain cut every sequence into 2 x devices chunks, so they have many more tiles than dcp's
-  // blocks), and starting them first lets the threads finish together (128K tokens on 4x8: 5-10%
-  // less wall time on 2 threads).
-  internal::ParallelFor(total, options.threads, [&](int32_t k) {
-    const int32_t i = total - 1 - k;
-    if (CheckCancelled(options.monitor).ok()) tried[i] = Try(batch, candidates[i], options);
-    ReportProgress(options.monitor, "candidates", ++done, total);
-  });
+  const auto try_all = [&](bool own, double bound_s) {
+    std::vector<int32_t> order;
+    for (int32_t i = 0; i < total; ++i) {
+      if (candidates[i].own.has_value() == own) order.push_back(i);
+    }
+    internal::ParallelFor(static_cast<int32_t>(order.size()), options.threads, [&](int32_t k) {
+      const int32_t i = order[k];
+      if (CheckCancelled(options.monitor).ok())
+        tried[i] = Try(batch, candidates[i], options, bound_s);
+      ReportProgress(options.monitor, "candidates", ++done, total);
+    });
+  };
+  try_all(/*own=*/true, std::numeric_limits<double>::infinity());
+  DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
+  try_all(/*own=*/false, WinningBound(tried, options.tuning));
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
   const double tuning_ms = watch.Lap();
 

@@ -254,6 +254,33 @@ double IdealSeconds(int64_t forward_flops, int64_t backward_flops, int32_t devic
 
 namespace dcp {
 
+double AttentionLowerBoundSeconds(const BlockSet& blocks, const Placement& placement,
+                                  int32_t devices, const DeviceSpec& device) {
+  if (devices <= 0) return 0;
+  const AttentionKernelModel& model = device.attention;
+  const int64_t groups = blocks.head_groups > 0 ? blocks.head_groups : 1;
+  const auto heads = static_cast<double>(blocks.shape.heads / groups);
+  const auto head_dim = static_cast<double>(blocks.shape.head_dim);
+  std::vector<double> forward(devices, 0), backward(devices, 0);
+  for (size_t c = 0; c < blocks.compute_blocks.size(); ++c) {
+    const ComputeBlock& cb = blocks.compute_blocks[c];
+    // AttentionSeconds' rate and FLOPs, with the mask's area for the touched sub-tiles' pairs.
+    const double tile = device.peak_flops *
+                        sim::SideFactor(blocks.data_block(cb.q_block).tokens, model.rows_half) *
+                        sim::SideFactor(blocks.data_block(cb.kv_block).tokens, model.cols_half);
+    const double work = static_cast<double>(cb.area) * head_dim * heads;
+    const int32_t d = placement.compute_device[c].value;
+    if (const double rate = tile * model.forward_efficiency; rate > 0) {
+      forward[d] += work * 4 / rate;
+    }
+    if (const double rate = tile * model.backward_efficiency; rate > 0) {
+      backward[d] += work * 10 / rate;
+    }
+  }
+  return *std::max_element(forward.begin(), forward.end()) +
+         *std::max_element(backward.begin(), backward.end());
+}
+
 double InstructionSeconds(const Plan& plan, const Program& program, const Instruction& instruction,
                           const DeviceSpec& device) {
   if (const auto* call = std::get_if<BlockwiseAttention>(&instruction)) {
