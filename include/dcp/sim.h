@@ -221,13 +221,15 @@ EndToEndEstimate EstimateEndToEnd(const Plan& plan, const SimReport& report,
                                   const ModelSpec& model, const DeviceSpec& device);
 
 // A lower bound on SimulatePlan(plan).total_s() for every plan compiled from `placement` of
-// `blocks` on a cluster with this device: per pass, the largest sum over one device's tiles of
-// the kernel model's time for the tile's mask area alone (no launch, no partly masked sub-tiles,
-// no communication, no reductions). Lets a caller skip compiling and simulating a placement that
-// cannot beat a time it already has. REQUIRES: placement.compute_device has one device in
-// [0, devices) per compute block.
+// `blocks` with `schedule`, on a cluster with this device: per pass, the busiest device's attention
+// calls (one per division holding a tile of it), each its launch plus, for each tile, the kernel
+// model's time for the tile's mask area alone (no partly masked sub-tiles, no communication, no
+// reductions). Lets a caller skip compiling and simulating a placement that cannot beat a time it
+// already has. REQUIRES: one device in [0, devices) per compute block in
+// placement.compute_device, one division in [0, schedule.n_divisions) in schedule.compute_division.
 double AttentionLowerBoundSeconds(const BlockSet& blocks, const Placement& placement,
-                                  int32_t devices, const DeviceSpec& device);
+                                  const Schedule& schedule, int32_t devices,
+                                  const DeviceSpec& device);
 
 // Seconds one instruction occupies a compute stream of `device`: the kernel model above for
 // attention, the memory-bound model for reductions and copies, 0 for CommLaunch and CommWait.

@@ -290,8 +290,9 @@ std::optional<Result<PlannedBatch>> PlanOther(const Batch& batch, const Candidat
                                               std::string* skipped) {
   Result<BaselinePlan> laid = LayOutBaseline(candidate.strategy, batch, candidate.baseline);
   if (!laid.ok()) return laid.status();
-  const double lower = AttentionLowerBoundSeconds(
-      laid->blocks, laid->placement, options.topology.devices(), CostCluster(options).device);
+  const double lower =
+      AttentionLowerBoundSeconds(laid->blocks, laid->placement, laid->schedule,
+                                 options.topology.devices(), CostCluster(options).device);
   if (lower > bound_s) {
     *skipped = fmt::format(
         "not planned: its attention alone takes at least {:.3f} ms on the cluster model, slower "
@@ -329,7 +330,7 @@ Tried Try(const Batch& batch, const Candidate& candidate, const PlanOptions& opt
       planned = std::move(budget);
     } else if (Result<SimReport> report = SimulatePlan(planned->plan, CostCluster(options));
                report.ok()) {
-      t.outcome.simulated_s = report->total_s();
+      t.outcome.simulated_s = planned->simulated_s = report->total_s();
     } else {
       planned = report.status();
     }
@@ -359,27 +360,27 @@ Status NoCandidate(const std::vector<Tried>& tried, const PlanOptions& options) 
       fmt::format("candidate {}", tried.front().outcome.name));
 }
 
-// The chosen plan of dcp's own, its division count searched by simulating every count
+// The best plan of dcp's own, its division count searched by simulating every count
 // (DivisionChoice::kSimulate) when the candidates used the quick cost model: one candidate's
 // search instead of every candidate's. Kept when faster and no worse spread beyond the bound.
 void RefineDivisions(const Batch& batch, const PlanOptions& own, const PlanOptions& options,
-                     PlannedBatch* chosen, CandidateOutcome* outcome) {
+                     PlannedBatch* best, CandidateOutcome* outcome) {
   if (own.divisions != 0 || own.division_choice != DivisionChoice::kCostModel) return;
   PlanOptions search = own;
   search.division_choice = DivisionChoice::kSimulate;
-  PlannedBatch refined = *chosen;
+  PlannedBatch refined = *best;
   if (!ScheduleAndCompile(batch, search, 0, &refined).ok()) return;
   const auto [peak, spread] = Peaks(refined.plan);
   Result<SimReport> report = SimulatePlan(refined.plan, CostCluster(options));
-  if (!report.ok() || report->total_s() >= chosen->simulated_s ||
+  if (!report.ok() || report->total_s() >= best->simulated_s ||
       CheckMemoryBudget(refined.plan, options.memory_budget_bytes).ok() == false ||
       (spread > options.tuning.max_peak_imbalance && spread > outcome->peak_imbalance)) {
     return;
   }
   refined.simulated_s = report->total_s();
-  *chosen = std::move(refined);
-  outcome->name = chosen->plan.origin;
-  outcome->simulated_s = chosen->simulated_s;
+  *best = std::move(refined);
+  outcome->name = best->plan.origin;
+  outcome->simulated_s = best->simulated_s;
   outcome->peak_bytes = peak;
   outcome->peak_imbalance = spread;
 }
@@ -425,25 +426,28 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
     }
     internal::ParallelFor(static_cast<int32_t>(order.size()), options.threads, [&](int32_t k) {
       const int32_t i = order[k];
-      if (CheckCancelled(options.monitor).ok())
+      if (CheckCancelled(options.monitor).ok()) {
         tried[i] = Try(batch, candidates[i], options, bound_s);
+      }
       ReportProgress(options.monitor, "candidates", ++done, total);
     });
   };
   try_all(/*own=*/true, std::numeric_limits<double>::infinity());
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
+  // The best of dcp's own gets its division count searched before the others are tried, so they
+  // are held to its refined time.
+  const std::optional<size_t> best_own = Choose(tried, options.tuning, /*own_only=*/true);
+  if (best_own) {
+    RefineDivisions(batch, *candidates[*best_own].own, options, &**tried[*best_own].planned,
+                    &tried[*best_own].outcome);
+  }
   try_all(/*own=*/false, WinningBound(tried, options.tuning));
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
   const double tuning_ms = watch.Lap();
 
   const std::optional<size_t> best = Choose(tried, options.tuning, /*own_only=*/false);
-  const std::optional<size_t> best_own = Choose(tried, options.tuning, /*own_only=*/true);
   if (!best) return NoCandidate(tried, options);
   PlannedBatch chosen = std::move(*tried[*best].planned).value();
-  chosen.simulated_s = tried[*best].outcome.simulated_s;
-  if (candidates[*best].own) {
-    RefineDivisions(batch, *candidates[*best].own, options, &chosen, &tried[*best].outcome);
-  }
   chosen.ms.search = std::max(0.0, watch.Lap() + tuning_ms - chosen.ms.total());
   chosen.best_own = best_own;
   for (Tried& t : tried) chosen.candidates.push_back(std::move(t.outcome));

@@ -255,13 +255,16 @@ double IdealSeconds(int64_t forward_flops, int64_t backward_flops, int32_t devic
 namespace dcp {
 
 double AttentionLowerBoundSeconds(const BlockSet& blocks, const Placement& placement,
-                                  int32_t devices, const DeviceSpec& device) {
+                                  const Schedule& schedule, int32_t devices,
+                                  const DeviceSpec& device) {
   if (devices <= 0) return 0;
   const AttentionKernelModel& model = device.attention;
   const int64_t groups = blocks.head_groups > 0 ? blocks.head_groups : 1;
   const auto heads = static_cast<double>(blocks.shape.heads / groups);
   const auto head_dim = static_cast<double>(blocks.shape.head_dim);
   std::vector<double> forward(devices, 0), backward(devices, 0);
+  // Each (device, division) with a tile is one call per pass, and each call one launch.
+  std::vector<char> called(static_cast<size_t>(devices) * schedule.n_divisions, 0);
   for (size_t c = 0; c < blocks.compute_blocks.size(); ++c) {
     const ComputeBlock& cb = blocks.compute_blocks[c];
     // AttentionSeconds' rate and FLOPs, with the mask's area for the touched sub-tiles' pairs.
@@ -275,6 +278,13 @@ double AttentionLowerBoundSeconds(const BlockSet& blocks, const Placement& place
     }
     if (const double rate = tile * model.backward_efficiency; rate > 0) {
       backward[d] += work * 10 / rate;
+    }
+    char& call =
+        called[static_cast<size_t>(d) * schedule.n_divisions + schedule.compute_division[c]];
+    if (!call) {
+      call = 1;
+      forward[d] += model.launch_s;
+      backward[d] += model.launch_s;
     }
   }
   return *std::max_element(forward.begin(), forward.end()) +

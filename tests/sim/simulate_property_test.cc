@@ -73,8 +73,9 @@ TEST(SimulatePlan, InvariantsHoldOnRandomPlans) {
 }
 
 // AttentionLowerBoundSeconds never exceeds the simulated time of a plan compiled from the same
-// placement, whatever the strategy (dcp's own, the static layouts, FCP, MagiAttention), mask,
-// block size, head groups and cluster: the tuning skips a candidate on it.
+// placement and schedule, whatever the strategy (dcp's own, the static layouts, FCP,
+// MagiAttention), mask, block size, head groups, divisions and cluster: the tuning skips a
+// candidate on it.
 TEST(AttentionLowerBoundSeconds, NeverExceedsTheSimulatedTime) {
   int checked = 0;
   for (uint64_t seed = 0; seed < testing::RandomCases(40); ++seed) {
@@ -84,34 +85,39 @@ TEST(AttentionLowerBoundSeconds, NeverExceedsTheSimulatedTime) {
     const Batch batch = *c.MakeBatch();
     ClusterSpec cluster = *ClusterPreset(seed % 2 == 0 ? "p4de" : "h100");
     cluster.devices_per_node = c.topology.devices_per_node;
-    const auto check = [&](const BlockSet& blocks, const Placement& placement, const Plan& plan) {
-      const double bound =
-          AttentionLowerBoundSeconds(blocks, placement, c.topology.devices(), cluster.device);
+    const auto check = [&](const BlockSet& blocks, const Placement& placement,
+                           const Schedule& schedule, const Plan& plan) {
+      const double bound = AttentionLowerBoundSeconds(blocks, placement, schedule,
+                                                      c.topology.devices(), cluster.device);
       const Result<SimReport> report = SimulatePlan(plan, cluster);
       ASSERT_TRUE(report.ok()) << report.status().ToString();
       EXPECT_LE(bound, report->total_s()) << plan.origin;
-      EXPECT_EQ(bound > 0, blocks.flops_fwd > 0) << plan.origin;
+      EXPECT_EQ(bound > 0, !blocks.compute_blocks.empty()) << plan.origin;
       ++checked;
     };
-    const Result<Plan> own = CompileCase(c);
-    ASSERT_TRUE(own.ok()) << own.status().ToString();
     const BlockSet blocks =
         *MakeBlocks(batch, {.block_size = c.block_size, .head_groups = c.head_groups});
-    check(blocks, PartitionBlocks(blocks, c.topology, {})->placement, *own);
+    const Placement placement = PartitionBlocks(blocks, c.topology, {})->placement;
+    const Schedule schedule =
+        *ScheduleDivisions(blocks, placement, c.topology, {.divisions = c.divisions});
+    const Result<Plan> own = CompilePlan(batch, blocks, placement, schedule, c.topology);
+    ASSERT_TRUE(own.ok()) << own.status().ToString();
+    check(blocks, placement, schedule, *own);
     for (Strategy s : {Strategy::kRing, Strategy::kZigzag, Strategy::kTe, Strategy::kLoongTrain,
                        Strategy::kFcp, Strategy::kMagi}) {
       const BaselineOptions options{.topology = c.topology, .fcp_block_tokens = c.block_size};
       Result<BaselinePlan> baseline = PlanBaseline(s, batch, options);
       if (!baseline.ok()) continue;  // a layout this topology cannot hold
-      check(baseline->blocks, baseline->placement, baseline->plan);
+      check(baseline->blocks, baseline->placement, baseline->schedule, baseline->plan);
     }
   }
   EXPECT_GT(checked, 200);
 }
 
 // The bound of a hand-sized case: one 2048-token sequence under a full mask in blocks of 1024, its
-// four 1024 x 1024 tiles on device 1 of 2. Each tile: 2^20 pairs x 64 dims x 4 heads, forward 4
-// and backward 10 FLOPs per pair and dim, at peak x pass efficiency x (1024 / (1024 + half))^2.
+// four 1024 x 1024 tiles on device 1 of 2, in two divisions. Each tile: 2^20 pairs x 64 dims x 4
+// heads, forward 4 and backward 10 FLOPs per pair and dim, at peak x pass efficiency x
+// (1024 / (1024 + half))^2; each division's call one launch per pass.
 TEST(AttentionLowerBoundSeconds, IsTheBusiestDevicesAttentionPerPass) {
   const Batch batch = *Batch::Create({2048}, {*MaskSpec::Parse("full")},
                                      AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 64});
@@ -120,22 +126,28 @@ TEST(AttentionLowerBoundSeconds, IsTheBusiestDevicesAttentionPerPass) {
   Placement placement;
   placement.data_device = {DeviceId{0}, DeviceId{1}};
   placement.compute_device.assign(4, DeviceId{1});
+  Schedule schedule;
+  schedule.n_divisions = 2;
+  schedule.compute_division = {0, 1, 0, 1};
   DeviceSpec device;
   device.peak_flops = 1e14;
   device.attention.forward_efficiency = 0.5;
   device.attention.backward_efficiency = 0.25;
-  device.attention.rows_half = 1024;           // each side at half rate
-  device.attention.cols_half = 3072;           // and at a quarter
+  device.attention.rows_half = 1024;  // each side at half rate
+  device.attention.cols_half = 3072;  // and at a quarter
+  device.attention.launch_s = 1e-5;
   const double work = 4 * 1048576.0 * 64 * 4;  // tiles x pairs x dims x heads
   const double rate = 1e14 * 0.5 * 0.25;
-  const double expected = work * 4 / (rate * 0.5) + work * 10 / (rate * 0.25);
-  EXPECT_NEAR(AttentionLowerBoundSeconds(blocks, placement, 2, device), expected, 1e-12 * expected);
-  // Split over the two devices, the busiest holds half the work.
-  placement.compute_device = {DeviceId{0}, DeviceId{1}, DeviceId{0}, DeviceId{1}};
-  EXPECT_NEAR(AttentionLowerBoundSeconds(blocks, placement, 2, device), expected / 2,
+  const double compute = work * 4 / (rate * 0.5) + work * 10 / (rate * 0.25);
+  const double expected = compute + 2 * 2 * 1e-5;  // two calls a pass
+  EXPECT_NEAR(AttentionLowerBoundSeconds(blocks, placement, schedule, 2, device), expected,
               1e-12 * expected);
+  // Split over the two devices, one division each: the busiest holds half the work, one call.
+  placement.compute_device = {DeviceId{0}, DeviceId{1}, DeviceId{0}, DeviceId{1}};
+  EXPECT_NEAR(AttentionLowerBoundSeconds(blocks, placement, schedule, 2, device),
+              compute / 2 + 2 * 1e-5, 1e-12 * expected);
   // Nothing to compute on no devices.
-  EXPECT_EQ(AttentionLowerBoundSeconds(blocks, placement, 0, device), 0);
+  EXPECT_EQ(AttentionLowerBoundSeconds(blocks, placement, schedule, 0, device), 0);
 }
 
 // Seconds of forward + backward of `batch` on `cluster` with the schedule from ScheduleDivisions
