@@ -368,6 +368,7 @@ void RefineDivisions(const Batch& batch, const PlanOptions& own, const PlanOptio
   if (own.divisions != 0 || own.division_choice != DivisionChoice::kCostModel) return;
   PlanOptions search = own;
   search.division_choice = DivisionChoice::kSimulate;
+  search.threads = options.threads;  // it runs alone: the counts are replayed on every thread
   PlannedBatch refined = *best;
   if (!ScheduleAndCompile(batch, search, 0, &refined).ok()) return;
   const auto [peak, spread] = Peaks(refined.plan);

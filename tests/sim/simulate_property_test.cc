@@ -150,6 +150,29 @@ TEST(AttentionLowerBoundSeconds, IsTheBusiestDevicesAttentionPerPass) {
   EXPECT_EQ(AttentionLowerBoundSeconds(blocks, placement, schedule, 0, device), 0);
 }
 
+// The counts are replayed on the threads at once; the schedule chosen is the same on one thread
+// and on three (ties go to the earlier count whatever finishes first).
+TEST(ScheduleBySimulation, ChoosesTheSameScheduleOnAnyThreadCount) {
+  for (uint64_t seed = 0; seed < testing::RandomCases(20); ++seed) {
+    const RandomPlanCase c = MakeCase(seed);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << ", topology " << c.topology.ToString());
+    const Batch batch = *c.MakeBatch();
+    const BlockSet blocks =
+        *MakeBlocks(batch, {.block_size = c.block_size, .head_groups = c.head_groups});
+    const Placement placement = PartitionBlocks(blocks, c.topology, {})->placement;
+    ClusterSpec cluster;
+    cluster.devices_per_node = c.topology.devices_per_node;
+    const auto search = [&](int32_t threads) {
+      return ScheduleBySimulation(batch, blocks, placement, c.topology,
+                                  {.divisions = 0, .threads = threads}, cluster);
+    };
+    const Result<Schedule> one = search(1), three = search(3);
+    ASSERT_TRUE(one.ok() && three.ok()) << one.status().ToString();
+    EXPECT_EQ(one->n_divisions, three->n_divisions);
+    EXPECT_EQ(one->compute_division, three->compute_division);
+  }
+}
+
 // Seconds of forward + backward of `batch` on `cluster` with the schedule from ScheduleDivisions
 // (search = false) or ScheduleBySimulation, and whether the two schedules are the same.
 struct Scheduled {
