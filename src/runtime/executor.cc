@@ -130,10 +130,11 @@ class Executor::Impl {
                  {"dkv", t.dkv, kv_like}};
     for (const auto& [name, view, shape] : views) {
       if (view == nullptr) continue;  // not an argument of this pass
-      const std::string what = fmt::format("device {}: {}", device_.value, name);
-      DCP_RETURN_IF_ERROR(view == t.lse
-                              ? CheckView(what, *view, shape, {DType::kFloat32})
-                              : CheckView(what, *view, shape, {DType::kFloat32, DType::kBFloat16}));
+      const Status checked =
+          view == t.lse ? CheckView(name, *view, shape, {DType::kFloat32})
+                        : CheckView(name, *view, shape, {DType::kFloat32, DType::kBFloat16});
+      // The context is formatted only on an error: this runs on every call.
+      if (!checked.ok()) return checked.WithContext(fmt::format("device {}", device_.value));
     }
     return Status::Ok();
   }
@@ -157,8 +158,9 @@ class Executor::Impl {
   Status RunInstructions(const Program& program, const CallTensors& t) {
     auto start = std::chrono::steady_clock::now();
     for (const Binding& b : program.inputs) {
-      DCP_RETURN_IF_ERROR(kernels_.Copy(SlotView(b), PieceView(*t.Of(b.kind), b))
-                              .WithContext(fmt::format("device {}: input", device_.value)));
+      if (Status s = kernels_.Copy(SlotView(b), PieceView(*t.Of(b.kind), b)); !s.ok()) {
+        return s.WithContext(fmt::format("device {}: input", device_.value));
+      }
     }
     profile_.copies += SecondsSince(start);
     for (size_t i = 0; i < program.instructions.size(); ++i) {
@@ -181,8 +183,9 @@ class Executor::Impl {
     }
     start = std::chrono::steady_clock::now();
     for (const Binding& b : program.outputs) {
-      DCP_RETURN_IF_ERROR(kernels_.Copy(PieceView(*t.Of(b.kind), b), SlotView(b))
-                              .WithContext(fmt::format("device {}: output", device_.value)));
+      if (Status s = kernels_.Copy(PieceView(*t.Of(b.kind), b), SlotView(b)); !s.ok()) {
+        return s.WithContext(fmt::format("device {}: output", device_.value));
+      }
     }
     profile_.copies += SecondsSince(start);
     return Status::Ok();

@@ -195,7 +195,7 @@ TEST(Executor, RefusesWrongShapesDtypesDevicesAndGroups) {
   Status s = (*executor)->Forward(view(q, {L, 8, 4}), view(kv, {L, 2, 2, 8}), view(o, {L, 4, 8}),
                                   view(lse, {L, 4}));
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("q ["), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("device 0: q ["), std::string::npos) << s.ToString();
   EXPECT_NE(s.message().find("wrong shape"), std::string::npos) << s.ToString();
   s = (*executor)->Forward(view(q, {L, 4, 8}), view(kv, {L, 2, 2, 8}), view(o, {L, 4, 8}),
                            view(lse, {L, 4}, DType::kBFloat16));
