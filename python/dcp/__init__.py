@@ -61,7 +61,7 @@ def plan(
     topology: Topology = "1x1",
     *,
     block_size: int | None = None,
-    head_groups: int = 1,
+    head_groups: int | None = None,
     tolerances: tuple[float, float] | None = None,
     eps_memory: float = 0.2,
     divisions: int = 0,
@@ -87,7 +87,8 @@ def plan(
         batch: the sequences, their masks and the attention shape.
         topology: ``"4x8"`` or ``(4, 8)``: nodes x devices per node.
         block_size: tokens per data block; None tunes it among ``candidate_block_sizes``.
-        head_groups: compute blocks per tile; divides the batch's KV heads.
+        head_groups: compute blocks per tile; divides the batch's KV heads. None: 1, and the
+            best of dcp's candidates is also tried with 2 when that divides the KV heads.
         tolerances: (per device, per node) compute tolerances; None tunes them among
             ``candidate_tolerances``.
         eps_memory: data-bytes tolerance per device.
@@ -112,7 +113,7 @@ def plan(
         batch,
         _topology(topology),
         0 if block_size is None else block_size,
-        head_groups,
+        0 if head_groups is None else head_groups,
         None if tolerances is None else (float(tolerances[0]), float(tolerances[1])),
         eps_memory,
         divisions,

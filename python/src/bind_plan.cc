@@ -87,7 +87,10 @@ PyPlan PlanBatchNoGil(const Batch& batch, const std::string& topology, int64_t b
   options.topology = ValueOrThrow(Topology::Parse(topology));
   options.cluster = ClusterFrom(cluster);
   options.block_size = block_size;
-  options.head_groups = head_groups;
+  if (head_groups != 0) {  // 0 (None in Python): tuned
+    options.head_groups = head_groups;
+    options.tuning.head_groups.clear();
+  }
   options.divisions = divisions;
   options.threads = threads;
   options.memory_budget_bytes = memory_budget_bytes;

@@ -41,8 +41,9 @@ void AddBatchOptions(CLI::App& app, BatchArgs& args) {
                  "4096; blocks, place: the largest power of two spreading the batch over the "
                  "devices)")
       ->capture_default_str();
-  app.add_option("--head-groups", args.head_groups, "Head groups per tile (divides --kv-heads)")
-      ->capture_default_str();
+  app.add_option("--head-groups", args.head_groups,
+                 "Head groups per tile, dividing --kv-heads (default 1; plan, run, simulate also "
+                 "try the best candidate with 2)");
   app.add_option("--devices", args.devices,
                  fmt::format("Device count: with --topology, must be its device count; without, "
                              "the topology is 1xN (blocks: the devices --block-size auto spreads "
@@ -155,7 +156,7 @@ Result<Batch> BuildBatch(const BatchArgs& args, int64_t* empty_sequences) {
 
 Result<BlockingOptions> BuildBlockingOptions(const BatchArgs& args, const Batch& batch,
                                              int64_t devices) {
-  BlockingOptions options{.head_groups = args.head_groups};
+  BlockingOptions options{.head_groups = args.head_groups.value_or(1)};
   if (args.block_size == "auto") {
     DCP_ASSIGN_OR_RETURN(
         BlockSizeChoice choice,

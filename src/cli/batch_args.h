@@ -33,7 +33,9 @@ struct BatchArgs {
   int64_t head_dim = 128;
   std::string dtype = "bf16";
   std::string block_size = "auto";  // N, or "auto" (tuned; `dcp blocks`/`place`: a heuristic)
-  int64_t head_groups = 1;
+  // --head-groups N: pinned when given; otherwise 1, and plan/run/simulate also try the best
+  // candidate with the KV heads in 2 groups (PlanOptions::tuning.head_groups).
+  std::optional<int64_t> head_groups;
   // --devices N: the device count. With --topology it must be the topology's; without, the
   // topology is 1xN. `dcp blocks`, which has no topology, spreads --block-size auto over N.
   std::optional<int64_t> devices;

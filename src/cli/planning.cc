@@ -101,7 +101,10 @@ Result<PlanOptions> PlanOptionsFromArgs(const BatchArgs& batch_args, const Place
   PlanOptions options;
   DCP_ASSIGN_OR_RETURN(options.cluster, LoadCluster(planner.cluster));
   DCP_ASSIGN_OR_RETURN(options.topology, BuildTopology(batch_args, placement));
-  options.head_groups = batch_args.head_groups;
+  if (batch_args.head_groups) {
+    options.head_groups = *batch_args.head_groups;
+    options.tuning.head_groups.clear();
+  }
   if (batch_args.block_size != "auto") {
     const std::string& text = batch_args.block_size;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(),

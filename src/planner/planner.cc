@@ -126,6 +126,11 @@ Result<PlannedBatch> PlanGiven(const Batch& batch, const PlanOptions& options) {
   return out;
 }
 
+// What a plan's origin adds for tiles split into head groups: " g2" for two.
+std::string HeadGroupsSuffix(int64_t head_groups) {
+  return head_groups > 1 ? fmt::format(" g{}", head_groups) : std::string();
+}
+
 // Schedules and compiles `out`'s placement with `divisions` (0: options.division_choice picks).
 Status ScheduleAndCompile(const Batch& batch, const PlanOptions& options, int32_t divisions,
                           PlannedBatch* out, const PlanningMonitor* reports) {
@@ -149,9 +154,9 @@ Status ScheduleAndCompile(const Batch& batch, const PlanOptions& options, int32_
   out->ms.compile += watch.Lap();
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
   ReportProgress(reports, "compile", 1, 1);
-  out->plan.origin = fmt::format("dcp {}:{}/{}:{}", out->blocks.block_size,
+  out->plan.origin = fmt::format("dcp {}:{}/{}:{}{}", out->blocks.block_size,
                                  options.partition.eps_compute, options.partition.eps_inter,
-                                 out->plan.n_divisions);
+                                 out->plan.n_divisions, HeadGroupsSuffix(options.head_groups));
   return Status::Ok();
 }
 
@@ -407,42 +412,75 @@ std::optional<size_t> Choose(const std::vector<Tried>& tried, const TuningOption
   return fastest;
 }
 
+// The counts of tuning.head_groups dcp's best candidate is planned again with: those dividing the
+// KV heads, other than PlanOptions::head_groups, each once.
+std::vector<int64_t> HeadGroupsToTry(const Batch& batch, const PlanOptions& options) {
+  std::vector<int64_t> counts;
+  for (int64_t g : options.tuning.head_groups) {
+    if (g != options.head_groups && batch.shape().kv_heads % g == 0 &&
+        std::find(counts.begin(), counts.end(), g) == counts.end()) {
+      counts.push_back(g);
+    }
+  }
+  return counts;
+}
+
 // Plans every candidate on `threads` threads and keeps the fastest on the cluster model: dcp's
-// own first, then the other strategies, each skipped when its layout's attention alone is slower
-// than the own ones' WinningBound (so the choice is the one planning every candidate would make:
-// 128K tokens on 4x8 skip TE, zigzag and LoongTrain on most batches, the costliest to compile, as
-// they cut every sequence into 2 x devices chunks). Candidates are independent and the winner is
-// chosen in candidate order, so the result does not depend on the thread count.
+// own first; then the best of them split into head groups (HeadGroupCandidates), and the best of
+// all those gets its division count searched; then the other strategies, each skipped when its
+// layout's attention alone is slower than the own ones' WinningBound (so the choice is the one
+// planning every candidate would make: 128K tokens on 4x8 skip TE, zigzag and LoongTrain on most
+// batches, the costliest to compile, as they cut every sequence into 2 x devices chunks). Each
+// stage's candidates are independent and the winner is chosen in candidate order, so the result
+// does not depend on the thread count.
 Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
-                          const std::vector<Candidate>& candidates) {
+                          std::vector<Candidate> candidates) {
+  const auto own = static_cast<int32_t>(std::count_if(candidates.begin(), candidates.end(),
+                                                      [](const Candidate& c) { return c.own; }));
+  // dcp's own come first (CandidatesOf); the best of them split into head groups after them.
+  const std::vector<int64_t> head_groups = HeadGroupsToTry(batch, options);
+  const auto splits = static_cast<int32_t>(head_groups.size());
   std::vector<Tried> tried(candidates.size());
   Stopwatch watch;
-  const auto total = static_cast<int32_t>(candidates.size());
+  const auto total = static_cast<int32_t>(candidates.size()) + splits;
   std::atomic<int32_t> done{0};
   ReportProgress(options.monitor, "candidates", 0, total);
-  const auto try_all = [&](bool own, double bound_s) {
-    std::vector<int32_t> order;
-    for (int32_t i = 0; i < total; ++i) {
-      if (candidates[i].own.has_value() == own) order.push_back(i);
-    }
-    internal::ParallelFor(static_cast<int32_t>(order.size()), options.threads, [&](int32_t k) {
-      const int32_t i = order[k];
+  const auto try_range = [&](int32_t begin, int32_t end, double bound_s) {
+    internal::ParallelFor(end - begin, options.threads, [&](int32_t k) {
+      const int32_t i = begin + k;
       if (CheckCancelled(options.monitor).ok()) {
         tried[i] = Try(batch, candidates[i], options, bound_s);
       }
       ReportProgress(options.monitor, "candidates", ++done, total);
     });
   };
-  try_all(/*own=*/true, std::numeric_limits<double>::infinity());
+  constexpr double kNoBound = std::numeric_limits<double>::infinity();
+  try_range(0, own, kNoBound);
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
+  std::optional<size_t> best_own = Choose(tried, options.tuning, /*own_only=*/true);
+  int32_t others = own;  // the first candidate of another strategy
+  if (best_own && splits > 0) {
+    const Candidate best = candidates[*best_own];
+    for (int64_t g : head_groups) {
+      Candidate& c = *candidates.insert(candidates.begin() + others++, best);
+      c.own->head_groups = g;
+      c.own->threads = std::max(1, options.threads / splits);  // the same plan on any count
+      c.name += HeadGroupsSuffix(g);
+    }
+    tried.insert(tried.begin() + own, head_groups.size(), Tried{});
+    try_range(own, others, kNoBound);
+    DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
+    best_own = Choose(tried, options.tuning, /*own_only=*/true);
+  } else {
+    done += splits;
+  }
   // The best of dcp's own gets its division count searched before the others are tried, so they
   // are held to its refined time.
-  const std::optional<size_t> best_own = Choose(tried, options.tuning, /*own_only=*/true);
   if (best_own) {
     RefineDivisions(batch, *candidates[*best_own].own, options, &**tried[*best_own].planned,
                     &tried[*best_own].outcome);
   }
-  try_all(/*own=*/false, WinningBound(tried, options.tuning));
+  try_range(others, static_cast<int32_t>(candidates.size()), WinningBound(tried, options.tuning));
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
   const double tuning_ms = watch.Lap();
 
@@ -477,6 +515,12 @@ Status TuningOptions::Validate() const {
   if (!(max_peak_imbalance >= 1)) {
     return Status::InvalidArgument(fmt::format(
         "PlanOptions.tuning.max_peak_imbalance {} must be >= 1 (max/mean)", max_peak_imbalance));
+  }
+  for (int64_t g : head_groups) {
+    if (g < 1) {
+      return Status::InvalidArgument(
+          fmt::format("PlanOptions.tuning.head_groups holds {}; head groups must be >= 1", g));
+    }
   }
   if (max_candidates < 1 || max_candidates > kMaxCandidates) {
     return Status::InvalidArgument(fmt::format(
@@ -548,7 +592,7 @@ Result<PlannedBatch> PlanBatch(const Batch& batch, const PlanOptions& options) {
     DCP_RETURN_IF_ERROR(CheckMemoryBudget(planned.plan, options.memory_budget_bytes));
     return planned;
   }
-  return Tune(batch, options, candidates);
+  return Tune(batch, options, std::move(candidates));
 }
 
 }  // namespace dcp

@@ -103,6 +103,7 @@ TEST(PlanBatch, TuningKeepsTheFastestCandidateWhateverTheThreads) {
     o.tuning.block_sizes = {256, 512, 1024};
     o.tuning.tolerances = {{0.1, 0.4}, {0.05, 0.05}};
     o.tuning.max_peak_imbalance = 1e9;  // time alone decides (memory: the test below)
+    o.tuning.head_groups = {};          // (head groups: a test of their own)
     o.division_choice = DivisionChoice::kSimulate;
   });
   std::vector<std::pair<std::string, double>> expected;  // in candidate order
@@ -168,6 +169,63 @@ TEST(PlanBatch, TuningKeepsTheFastestCandidateWhateverTheThreads) {
   EXPECT_EQ(single->candidates.size(), threaded->candidates.size());
 }
 
+// The best of dcp's own candidates is planned again with its tiles split into the KV heads' two
+// groups, as a candidate of dcp's own right after the others, and wins when faster; head groups
+// that do not divide the KV heads, or an empty list, add nothing. Each candidate is the pinned pass
+// with its values; the plan is the same on one thread and on three.
+TEST(PlanBatch, TuningSplitsTheBestOwnCandidateIntoHeadGroups) {
+  const Batch batch = TestBatch();  // 2 KV heads
+  PlanOptions options = On2x4([](PlanOptions& o) {
+    o.tuning.block_sizes = {512, 1024};
+    o.tuning.tolerances = {{0.1, 0.4}, {0.02, 0.02}};
+    o.tuning.other_strategies = false;
+    o.tuning.max_peak_imbalance = 1e9;  // time alone decides
+    o.division_choice = DivisionChoice::kSimulate;
+  });
+  auto planned = PlanBatch(batch, options);
+  ASSERT_TRUE(planned.ok()) << planned.status().ToString();
+  ASSERT_EQ(planned->candidates.size(), 5u);
+  const auto by_time = [](const CandidateOutcome& a, const CandidateOutcome& b) {
+    return a.simulated_s < b.simulated_s;
+  };
+  const CandidateOutcome& best =
+      *std::min_element(planned->candidates.begin(), planned->candidates.begin() + 4, by_time);
+  const CandidateOutcome& split = planned->candidates[4];
+  EXPECT_TRUE(split.own);
+  // "dcp 512:0.1/0.4:3" split: "dcp 512:0.1/0.4:<divisions> g2".
+  const std::string values = best.name.substr(0, best.name.rfind(':'));
+  EXPECT_EQ(split.name.substr(0, values.size()), values) << split.name;
+  EXPECT_TRUE(split.name.ends_with(" g2")) << split.name;
+  int64_t block = 0;
+  double compute = 0, inter = 0;
+  ASSERT_EQ(std::sscanf(values.c_str(), "dcp %ld:%lf/%lf", &block, &compute, &inter), 3);
+  auto pinned = PlanBatch(batch, On2x4([&](PlanOptions& o) {
+                            Pin(o, block);
+                            o.partition.eps_compute = compute;
+                            o.partition.eps_inter = inter;
+                            o.head_groups = 2;
+                            o.division_choice = DivisionChoice::kSimulate;
+                          }));
+  ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
+  EXPECT_EQ(pinned->plan.origin, split.name);
+  EXPECT_EQ(pinned->plan.head_groups, 2);
+  EXPECT_DOUBLE_EQ(split.simulated_s, SimulatedSeconds(pinned->plan));
+  const CandidateOutcome& fastest =
+      *std::min_element(planned->candidates.begin(), planned->candidates.end(), by_time);
+  EXPECT_EQ(planned->plan.origin, fastest.name);
+  EXPECT_EQ(planned->plan.head_groups, fastest.name.ends_with(" g2") ? 2 : 1);
+  options.threads = 3;
+  auto threaded = PlanBatch(batch, options);
+  ASSERT_TRUE(threaded.ok()) << threaded.status().ToString();
+  EXPECT_EQ(planned->plan, threaded->plan);
+  for (const std::vector<int64_t>& none : {std::vector<int64_t>{}, std::vector<int64_t>{3, 1}}) {
+    options.tuning.head_groups = none;  // pinned; 3 does not divide 2 KV heads, 1 is the base
+    auto unsplit = PlanBatch(batch, options);
+    ASSERT_TRUE(unsplit.ok()) << unsplit.status().ToString();
+    EXPECT_EQ(unsplit->candidates.size(), 4u);
+  }
+}
+
 // Memory stays balanced without a budget: a candidate of dcp's own whose device peaks are spread
 // worse than the bound gets more divisions (up to the maximum), and the chosen plan is the fastest
 // within the bound when that is at most the slack slower than the fastest overall.
@@ -208,6 +266,7 @@ TEST(PlanBatch, TheBestPlanOfDcpsOwnGetsItsDivisionsSearched) {
     return PlanBatch(batch, On2x4([&](PlanOptions& o) {
                        o.tuning.max_peak_imbalance = 1e9;
                        o.tuning.other_strategies = other_strategies;
+                       o.tuning.head_groups = {};  // the pinned passes below use one head group
                      }));
   };
   auto planned = tuned(false);
@@ -286,7 +345,8 @@ TEST(PlanBatch, TuningSkipsOnlyCandidatesThatCannotWin) {
   auto batch = Batch::Create(lengths, {*MaskSpec::Parse("causal")},
                              AttentionShape{.heads = 8, .kv_heads = 2, .head_dim = 64});
   ASSERT_TRUE(batch.ok()) << batch.status().ToString();
-  for (const auto& [bound, slack] : {std::pair{1.5, 0.1}, std::pair{1.01, 10.0}}) {
+  for (const std::pair<double, double>& setting : {std::pair{1.5, 0.1}, std::pair{1.01, 10.0}}) {
+    const double bound = setting.first, slack = setting.second;  // (lambdas capture these)
     SCOPED_TRACE(::testing::Message() << "peak bound " << bound << ", slack " << slack);
     PlanOptions options = On2x4([&](PlanOptions& o) {
       o.tuning.block_sizes = {256, 512};
@@ -359,7 +419,8 @@ TEST(PlanBatch, RefusesAPlanAboveTheMemoryBudgetNamingTheDevice) {
 // smallest peak it saw.
 TEST(PlanBatch, TuningSkipsCandidatesAboveTheMemoryBudget) {
   const Batch batch = TestBatch();
-  auto unbounded = PlanBatch(batch, On2x4([](PlanOptions&) {}));
+  // (Head groups pinned: the candidate split into head groups is made only from a planned one.)
+  auto unbounded = PlanBatch(batch, On2x4([](PlanOptions& o) { o.tuning.head_groups = {}; }));
   ASSERT_TRUE(unbounded.ok()) << unbounded.status().ToString();
   int64_t smallest = std::numeric_limits<int64_t>::max(), largest = 0;
   for (const CandidateOutcome& c : unbounded->candidates) {
@@ -369,7 +430,10 @@ TEST(PlanBatch, TuningSkipsCandidatesAboveTheMemoryBudget) {
   }
   ASSERT_LT(smallest, largest);
   const int64_t budget = (smallest + largest) / 2;
-  auto bounded = PlanBatch(batch, On2x4([&](PlanOptions& o) { o.memory_budget_bytes = budget; }));
+  auto bounded = PlanBatch(batch, On2x4([&](PlanOptions& o) {
+                             o.memory_budget_bytes = budget;
+                             o.tuning.head_groups = {};
+                           }));
   ASSERT_TRUE(bounded.ok()) << bounded.status().ToString();
   const std::vector<int64_t> peak = PeakBufferBytesPerDevice(bounded->plan);
   EXPECT_LE(*std::max_element(peak.begin(), peak.end()), budget);
@@ -378,7 +442,10 @@ TEST(PlanBatch, TuningSkipsCandidatesAboveTheMemoryBudget) {
       EXPECT_EQ(c.peak_bytes > budget, !c.error.empty()) << c.name;
     }
   }
-  auto none = PlanBatch(batch, On2x4([&](PlanOptions& o) { o.memory_budget_bytes = smallest - 1; }));
+  auto none = PlanBatch(batch, On2x4([&](PlanOptions& o) {
+                          o.memory_budget_bytes = smallest - 1;
+                          o.tuning.head_groups = {};
+                        }));
   ASSERT_EQ(none.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(none.status().message().find(fmt::format("the smallest peak among the {} candidates "
                                                      "tried is {} bytes",
