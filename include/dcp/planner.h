@@ -58,10 +58,14 @@ struct TuningOptions {
   // At most this many of dcp's own candidates (block sizes outer, tolerances inner).
   int32_t max_candidates = 12;
   // Head group counts the best of those is planned again with (PlanOptions::head_groups stays the
-  // candidates' own): tiles split by KV-head group balance long sequences more finely (LongAlign
-  // x4, one 100K causal sequence on 4x8, seed 1: 16.3 -> 14.9 ms). Counts that do not divide the
-  // KV heads, or equal PlanOptions::head_groups, are left out; empty: head groups pinned.
+  // candidates' own), each searching its division count: tiles split by KV-head group balance
+  // long sequences more finely (LongAlign x4, one 100K causal sequence on 4x8, seed 1: 16.3 ->
+  // 14.9 ms). Counts that do not divide the KV heads, or equal PlanOptions::head_groups, are left
+  // out; empty: head groups pinned. Tried only when the best has at most
+  // `split_max_tiles_per_device` tiles per device: with more, they are fine enough already and the
+  // split doubles a costly plan (4M tokens on 32x8, 2148 per device: 0.7% faster for 45 s more).
   std::vector<int64_t> head_groups = {2};
+  int64_t split_max_tiles_per_device = 256;
   // Memory balance without a budget: the fastest candidate whose peak buffer bytes are spread
   // within max_peak_imbalance (max/mean over devices) is chosen over a faster one spread worse,
   // when it is at most `balance_slack` slower (0.1: 10%); beyond that, speed wins.

@@ -369,11 +369,11 @@ Status NoCandidate(const std::vector<Tried>& tried, const PlanOptions& options) 
 // (DivisionChoice::kSimulate) when the candidates used the quick cost model: one candidate's
 // search instead of every candidate's. Kept when faster and no worse spread beyond the bound.
 void RefineDivisions(const Batch& batch, const PlanOptions& own, const PlanOptions& options,
-                     PlannedBatch* best, CandidateOutcome* outcome) {
+                     int32_t threads, PlannedBatch* best, CandidateOutcome* outcome) {
   if (own.divisions != 0 || own.division_choice != DivisionChoice::kCostModel) return;
   PlanOptions search = own;
   search.division_choice = DivisionChoice::kSimulate;
-  search.threads = options.threads;  // it runs alone: the counts are replayed on every thread
+  search.threads = threads;  // the counts are replayed on these
   PlannedBatch refined = *best;
   if (!ScheduleAndCompile(batch, search, 0, &refined).ok()) return;
   const auto [peak, spread] = Peaks(refined.plan);
@@ -426,8 +426,8 @@ std::vector<int64_t> HeadGroupsToTry(const Batch& batch, const PlanOptions& opti
 }
 
 // Plans every candidate on `threads` threads and keeps the fastest on the cluster model: dcp's
-// own first; then the best of them split into head groups (HeadGroupCandidates), and the best of
-// all those gets its division count searched; then the other strategies, each skipped when its
+// own first; then the best of them gets its division count searched and is planned again split
+// into head groups (HeadGroupsToTry); then the other strategies, each skipped when its
 // layout's attention alone is slower than the own ones' WinningBound (so the choice is the one
 // planning every candidate would make: 128K tokens on 4x8 skip TE, zigzag and LoongTrain on most
 // batches, the costliest to compile, as they cut every sequence into 2 x devices chunks). Each
@@ -459,27 +459,35 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
   std::optional<size_t> best_own = Choose(tried, options.tuning, /*own_only=*/true);
   int32_t others = own;  // the first candidate of another strategy
-  if (best_own && splits > 0) {
+  if (best_own) {
+    // The best of dcp's own gets its division count searched, then is planned again split into
+    // head groups, each of those searching its own count (the split pays only with its own
+    // count). One after the other, each on every thread: the division counts are replayed at
+    // once (the same plans on any thread count). The other strategies are held to the best.
     const Candidate best = candidates[*best_own];
-    for (int64_t g : head_groups) {
-      Candidate& c = *candidates.insert(candidates.begin() + others++, best);
+    RefineDivisions(batch, *best.own, options, options.threads, &**tried[*best_own].planned,
+                    &tried[*best_own].outcome);
+    const auto tiles =
+        static_cast<int64_t>((*tried[*best_own].planned)->blocks.compute_blocks.size());
+    const bool split =
+        tiles <= options.tuning.split_max_tiles_per_device * options.topology.devices();
+    if (!split) done += splits;
+    for (int64_t g : split ? head_groups : std::vector<int64_t>{}) {
+      DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
+      Candidate& c = *candidates.insert(candidates.begin() + others, best);
       c.own->head_groups = g;
-      c.own->threads = std::max(1, options.threads / splits);  // the same plan on any count
+      c.own->threads = options.threads;
+      if (c.own->divisions == 0) c.own->division_choice = DivisionChoice::kSimulate;
       c.name += HeadGroupsSuffix(g);
+      tried.insert(tried.begin() + others, Try(batch, c, options, kNoBound));
+      ReportProgress(options.monitor, "candidates", ++done, total);
+      ++others;
     }
-    tried.insert(tried.begin() + own, head_groups.size(), Tried{});
-    try_range(own, others, kNoBound);
-    DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
     best_own = Choose(tried, options.tuning, /*own_only=*/true);
   } else {
     done += splits;
   }
-  // The best of dcp's own gets its division count searched before the others are tried, so they
-  // are held to its refined time.
-  if (best_own) {
-    RefineDivisions(batch, *candidates[*best_own].own, options, &**tried[*best_own].planned,
-                    &tried[*best_own].outcome);
-  }
+  DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
   try_range(others, static_cast<int32_t>(candidates.size()), WinningBound(tried, options.tuning));
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
   const double tuning_ms = watch.Lap();
@@ -521,6 +529,11 @@ Status TuningOptions::Validate() const {
       return Status::InvalidArgument(
           fmt::format("PlanOptions.tuning.head_groups holds {}; head groups must be >= 1", g));
     }
+  }
+  if (split_max_tiles_per_device < 0) {
+    return Status::InvalidArgument(
+        fmt::format("PlanOptions.tuning.split_max_tiles_per_device {} must be >= 0",
+                    split_max_tiles_per_device));
   }
   if (max_candidates < 1 || max_candidates > kMaxCandidates) {
     return Status::InvalidArgument(fmt::format(

@@ -218,11 +218,15 @@ TEST(PlanBatch, TuningSplitsTheBestOwnCandidateIntoHeadGroups) {
   auto threaded = PlanBatch(batch, options);
   ASSERT_TRUE(threaded.ok()) << threaded.status().ToString();
   EXPECT_EQ(planned->plan, threaded->plan);
-  for (const std::vector<int64_t>& none : {std::vector<int64_t>{}, std::vector<int64_t>{3, 1}}) {
-    options.tuning.head_groups = none;  // pinned; 3 does not divide 2 KV heads, 1 is the base
+  // Pinned; 3 does not divide 2 KV heads and 1 is the base; more tiles per device than allowed.
+  for (const auto& [none, max_tiles] : {std::pair{std::vector<int64_t>{}, int64_t{256}},
+                                        std::pair{std::vector<int64_t>{3, 1}, int64_t{256}},
+                                        std::pair{std::vector<int64_t>{2}, int64_t{0}}}) {
+    options.tuning.head_groups = none;
+    options.tuning.split_max_tiles_per_device = max_tiles;
     auto unsplit = PlanBatch(batch, options);
     ASSERT_TRUE(unsplit.ok()) << unsplit.status().ToString();
-    EXPECT_EQ(unsplit->candidates.size(), 4u);
+    EXPECT_EQ(unsplit->candidates.size(), 4u) << max_tiles;
   }
 }
 
@@ -570,8 +574,14 @@ TEST(PlanBatch, RejectsBadOptionsNamingThem) {
       {On2x4([](PlanOptions& o) { o.memory_budget_bytes = -1; }), "memory_budget_bytes"},
       {On2x4([](PlanOptions& o) { o.block_size = -4; }), "block_size"},
       {On2x4([](PlanOptions& o) { o.tuning.block_sizes = {0}; }), "tuning.block_sizes"},
-      {On2x4([](PlanOptions& o) { o.tuning.tolerances = {{-1, 0.4}}; }), "tuning.tolerances"},
+      {On2x4([](PlanOptions& o) {
+         o.tuning.tolerances = {{-1, 0.4}};
+       }),
+       "tuning.tolerances"},
       {On2x4([](PlanOptions& o) { o.tuning.max_candidates = 0; }), "tuning.max_candidates"},
+      {On2x4([](PlanOptions& o) { o.tuning.head_groups = {0}; }), "tuning.head_groups"},
+      {On2x4([](PlanOptions& o) { o.tuning.split_max_tiles_per_device = -1; }),
+       "tuning.split_max_tiles_per_device"},
       {On2x4([](PlanOptions& o) { o.topology.nodes = 0; }), "topology"},
       {On2x4([](PlanOptions& o) { o.placement = Placement{}; }), "placement"}};
   for (const auto& [options, field] : cases) {
