@@ -461,9 +461,10 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
   int32_t others = own;  // the first candidate of another strategy
   if (best_own) {
     // The best of dcp's own gets its division count searched, then is planned again split into
-    // head groups, each of those searching its own count (the split pays only with its own
-    // count). One after the other, each on every thread: the division counts are replayed at
-    // once (the same plans on any thread count). The other strategies are held to the best.
+    // head groups, each of those as the others were and then searching its own count (the split
+    // pays only with its own count). One after the other, each on every thread: the division
+    // counts are replayed at once (the same plans on any thread count). The other strategies are
+    // held to the best.
     const Candidate best = candidates[*best_own];
     RefineDivisions(batch, *best.own, options, options.threads, &**tried[*best_own].planned,
                     &tried[*best_own].outcome);
@@ -477,9 +478,10 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
       Candidate& c = *candidates.insert(candidates.begin() + others, best);
       c.own->head_groups = g;
       c.own->threads = options.threads;
-      if (c.own->divisions == 0) c.own->division_choice = DivisionChoice::kSimulate;
       c.name += HeadGroupsSuffix(g);
-      tried.insert(tried.begin() + others, Try(batch, c, options, kNoBound));
+      Tried& t = *tried.insert(tried.begin() + others, Try(batch, c, options, kNoBound));
+      if (Planned(t))
+        RefineDivisions(batch, *c.own, options, options.threads, &**t.planned, &t.outcome);
       ReportProgress(options.monitor, "candidates", ++done, total);
       ++others;
     }
