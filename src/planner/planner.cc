@@ -470,25 +470,24 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
                     &tried[*best_own].outcome);
     const auto tiles =
         static_cast<int64_t>((*tried[*best_own].planned)->blocks.compute_blocks.size());
-    const bool split =
-        tiles <= options.tuning.split_max_tiles_per_device * options.topology.devices();
-    if (!split) done += splits;
-    for (int64_t g : split ? head_groups : std::vector<int64_t>{}) {
-      DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
-      Candidate& c = *candidates.insert(candidates.begin() + others, best);
-      c.own->head_groups = g;
-      c.own->threads = options.threads;
-      c.name += HeadGroupsSuffix(g);
-      Tried& t = *tried.insert(tried.begin() + others, Try(batch, c, options, kNoBound));
-      if (Planned(t))
-        RefineDivisions(batch, *c.own, options, options.threads, &**t.planned, &t.outcome);
-      ReportProgress(options.monitor, "candidates", ++done, total);
-      ++others;
+    if (tiles <= options.tuning.split_max_tiles_per_device * options.topology.devices()) {
+      for (int64_t g : head_groups) {
+        DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
+        Candidate& c = *candidates.insert(candidates.begin() + others, best);
+        c.own->head_groups = g;
+        c.own->threads = options.threads;
+        c.name += HeadGroupsSuffix(g);
+        Tried& t = *tried.insert(tried.begin() + others, Try(batch, c, options, kNoBound));
+        if (Planned(t)) {
+          RefineDivisions(batch, *c.own, options, options.threads, &**t.planned, &t.outcome);
+        }
+        ReportProgress(options.monitor, "candidates", ++done, total);
+        ++others;
+      }
+      best_own = Choose(tried, options.tuning, /*own_only=*/true);
     }
-    best_own = Choose(tried, options.tuning, /*own_only=*/true);
-  } else {
-    done += splits;
   }
+  done = own + splits;  // the splits not made count as done
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
   try_range(others, static_cast<int32_t>(candidates.size()), WinningBound(tried, options.tuning));
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));

@@ -367,20 +367,17 @@ TEST(PlanBatch, TuningSkipsOnlyCandidatesThatCannotWin) {
       SCOPED_TRACE(c.name);
       EXPECT_FALSE(c.own);
       EXPECT_NE(c.error.find("not planned"), std::string::npos) << c.error;
-      const size_t colon = c.name.find(':');
-      BaselineOptions baseline{.topology = k2x4};
-      if (colon != std::string::npos) {
-        const int64_t value = std::stoll(c.name.substr(colon + 1));
-        if (c.name.starts_with("loongtrain")) baseline.inner_ring = static_cast<int32_t>(value);
-        if (c.name.starts_with("fcp")) baseline.fcp_block_tokens = value;
-      }
-      auto plan = PlanBaseline(*ParseStrategy(c.name.substr(0, colon)), *batch, baseline);
+      // The variant of that name, as the tuning made it.
+      const Strategy strategy = *ParseStrategy(c.name.substr(0, c.name.find(':')));
+      const std::vector<BaselineVariant> variants =
+          BaselineVariants(strategy, batch->shape(), k2x4);
+      const auto variant = std::find_if(variants.begin(), variants.end(),
+                                        [&](const BaselineVariant& v) { return v.name == c.name; });
+      ASSERT_NE(variant, variants.end());
+      auto plan = PlanBaseline(strategy, *batch, variant->options);
       ASSERT_TRUE(plan.ok()) << plan.status().ToString();
       c.simulated_s = SimulatedSeconds(plan->plan);
-      const std::vector<int64_t> peak = PeakBufferBytesPerDevice(plan->plan);
-      c.peak_imbalance = static_cast<double>(*std::max_element(peak.begin(), peak.end())) *
-                         static_cast<double>(peak.size()) /
-                         static_cast<double>(std::accumulate(peak.begin(), peak.end(), int64_t{0}));
+      c.peak_imbalance = MaxOverMean(PeakBufferBytesPerDevice(plan->plan));
       c.error.clear();
       EXPECT_GT(c.simulated_s, planned->simulated_s);
     }
