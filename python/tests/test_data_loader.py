@@ -315,3 +315,30 @@ def _two_ranks(rank, world):
 
 def test_two_ranks_check_plans_agree_and_fail_together():
     run_ranks(_two_ranks, 2)
+
+
+def _one_nccl_rank(rank, world):
+    # The loader's plan checks are collectives: on an NCCL group their tensors must be on the GPU.
+    samples = _samples([40, 17, 33])
+    batches = list(dt.DCPDataLoader(samples, lambda s: "causal", token_budget=64,
+                                    plan_options=OPTIONS, **SHAPE))
+    assert torch.equal(torch.cat([d["input_ids"] for d, _ in batches]), torch.cat(samples))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_an_nccl_group_plans_and_checks_its_batches():
+    run_ranks(_one_nccl_rank, 1, backend="nccl")
+
+
+_CUDA = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.mark.parametrize("backend, tensor, device", [
+    ("gloo", None, "cpu"), ("gloo", "cpu", "cpu"), ("cpu:gloo,cuda:nccl", None, "cpu"),
+    ("cpu:gloo,cuda:nccl", "cpu", "cpu"), ("nccl", None, _CUDA), ("nccl", "cpu", _CUDA),
+    ("cuda:nccl", "cpu", _CUDA)])
+def test_collectives_run_where_the_backend_serves_tensors(monkeypatch, backend, tensor, device):
+    from dcp.torch._comm import collective_device
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: backend)
+    given = torch.device(tensor) if tensor else None
+    assert collective_device(None, given).type == device

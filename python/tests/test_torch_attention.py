@@ -69,20 +69,20 @@ def _check_spec(rank, spec, dtype, topology, kernels, device):
     o = dt.DCPAttention.apply(executor, ql, kvl)
     assert o.device == device and o.dtype == dtype
     (o.double() * dt.dispatch(w, plan, rank).to(device)).sum().backward()
-    o, ql, kvl = o.cpu(), ql.cpu(), kvl.cpu()
+    # The gradients of the leaves on `device`, read before moving (a moved copy has no grad).
+    o, dq, dkv = o.detach().cpu(), ql.grad.cpu(), kvl.grad.cpu()
 
     # Element by element, |got - want| <= rtol (|want| + RMS(want)), with the rtol and its
     # derivation of dcp run's check (docs/architecture.md, "Numerics"): 2^-16 for fp32, 2^-6 for
     # bf16; the RMS is the whole tensor's (dK and dV each their own).
     rtol = 2.0 ** -16 if dtype == torch.float32 else 2.0 ** -6
-    for name, got, want in (("o", o, o_ref), ("dq", ql.grad, qr.grad),
-                            ("dk", kvl.grad[:, 0], kvr.grad[:, 0]),
-                            ("dv", kvl.grad[:, 1], kvr.grad[:, 1])):
+    for name, got, want in (("o", o, o_ref), ("dq", dq, qr.grad), ("dk", dkv[:, 0], kvr.grad[:, 0]),
+                            ("dv", dkv[:, 1], kvr.grad[:, 1])):
         want = want.detach()
         _expect_within(got.double(), dt.dispatch(want, plan, rank), want, rtol,
                        f"{spec} rank {rank} {name}")
     # undispatch gives back the whole output on every rank.
-    whole = dt.undispatch(o.detach().double(), plan)
+    whole = dt.undispatch(o.double(), plan)
     _expect_within(whole, o_ref.detach(), o_ref.detach(), rtol, f"{spec} undispatched o")
 
 

@@ -32,6 +32,21 @@ import torch.distributed as dist
 _instances = itertools.count()  # communicators are made in the same order on every rank
 
 
+def collective_device(group: dist.ProcessGroup | None,
+                      device: torch.device | None = None) -> torch.device:
+    """Where the tensors of a collective over ``group`` must lie: ``device`` (default CPU) when
+    the group's backend serves tensors there, else this process's current CUDA device. Every
+    backend but NCCL serves CPU tensors (gloo, MPI, or a mixed backend with a "cpu:" entry);
+    NCCL serves only CUDA tensors."""
+    backend = str(dist.get_backend(group)).lower()
+    serves_cpu = backend != "nccl" and (":" not in backend or "cpu:" in backend)
+    if device is not None and (device.type != "cpu" or serves_cpu):
+        return device
+    if serves_cpu or not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
 def _default_store():
     """The key-value store behind the default process group, or None. torch keeps the accessor
     private (every torch 2.x has it): used when present, never required."""
@@ -103,12 +118,17 @@ class ProcessGroupComm:
         ops = [(dist.isend, part, peer) for peer, parts in sends for part in parts] + \
               [(dist.irecv, part, peer) for peer, parts in recvs for part in parts]
         ops = [(op, part, self._global[peer]) for op, part, peer in ops if part.numel() > 0]
-        if any(part.device.type != "cpu" for _, part, _ in ops):
-            p2p = [dist.P2POp(op, part, peer, group=self.group, tag=id) for op, part, peer in ops]
-            self._pending[id] = _DeviceExchange(dist.batch_isend_irecv(p2p) if p2p else [])
-            return
-        self._pending[id] = _Exchange([op(part, peer, group=self.group, tag=id)
-                                       for op, part, peer in ops])
+        try:
+            if any(part.device.type != "cpu" for _, part, _ in ops):
+                p2p = [dist.P2POp(op, part, peer, group=self.group, tag=id)
+                       for op, part, peer in ops]
+                self._pending[id] = _DeviceExchange(dist.batch_isend_irecv(p2p) if p2p else [])
+            else:
+                self._pending[id] = _Exchange([op(part, peer, group=self.group, tag=id)
+                                               for op, part, peer in ops])
+        except Exception:
+            self._check_failure()  # a peer that failed and closed its connections says why
+            raise
 
     def test(self, id: int) -> bool:
         self._check_failure()
@@ -125,6 +145,7 @@ class ProcessGroupComm:
             try:
                 exchange.wait()
             except Exception as e:  # noqa: BLE001 - the group's own timeout or failure
+                self._check_failure()  # a peer's own reason, when it gave one, says more
                 raise RuntimeError(f"rank {self.rank}: exchange id {id}: {e}") from e
             return
         deadline = time.monotonic() + self.timeout_s
@@ -151,6 +172,9 @@ class ProcessGroupComm:
     def _finish(self, id: int) -> None:
         exchange = self._pending.pop(id)
         if exchange.error is not None:
+            # A peer that failed closes its connections after telling the store why: its reason
+            # says more than the broken transfer.
+            self._check_failure()
             raise RuntimeError(f"rank {self.rank}: exchange id {id}: {exchange.error}")
 
     def _check_failure(self) -> None:

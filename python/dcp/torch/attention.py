@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _core
-from ._comm import ProcessGroupComm
+from ._comm import ProcessGroupComm, collective_device
 from .kernels import TorchKernels
 
 _DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
@@ -76,7 +76,8 @@ class AttentionExecutor:
         it; when the plan is for another number of devices, or ranks hold different plans, it
         raises ValueError on every rank."""
         digest = plan.hash() & ((1 << 62) - 1)
-        check = torch.tensor([digest, -digest, plan.devices, -plan.devices], dtype=torch.int64)
+        check = torch.tensor([digest, -digest, plan.devices, -plan.devices], dtype=torch.int64,
+                             device=collective_device(self.group))
         dist.all_reduce(check, op=dist.ReduceOp.MAX, group=self.group)
         if check[0] != -check[1]:
             raise ValueError("dcp.torch: the ranks of the group hold different plans (their "

@@ -42,6 +42,8 @@ import torch.distributed as dist
 
 import dcp
 
+from ._comm import collective_device
+
 __all__ = ["DCPDataLoader"]
 
 #: The ignore index given to the label of each sample's last token.
@@ -360,7 +362,8 @@ class DCPDataLoader:
         """Collective: every rank tells its state (one of _STATES) and plan hash; returns the
         states some rank is in and whether all hashes are equal."""
         flags = [int(state == name) for name in _STATES]
-        check = torch.tensor(flags + [digest, -digest], dtype=torch.int64)
+        check = torch.tensor(flags + [digest, -digest], dtype=torch.int64,
+                             device=collective_device(self.group))
         dist.all_reduce(check, op=dist.ReduceOp.MAX, group=self.group)
         states = {name for name, flag in zip(_STATES, check.tolist()) if flag}
         return states, int(check[-2]) == -int(check[-1])

@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from ._comm import collective_device
+
 
 def local_indices(plan, rank: int) -> torch.Tensor:
     """int64 [local tokens]: each local token's index in the packed global order."""
@@ -39,11 +41,15 @@ def undispatch(local: torch.Tensor, plan, group: dist.ProcessGroup | None = None
         raise ValueError(f"undispatch: rank {rank} passed {local.shape[0]} rows, it owns "
                          f"{counts[rank]} tokens")
     longest = max(counts)
-    padded = local.new_zeros((longest, *local.shape[1:]))
+    # Gathered where the group's backend serves tensors (a CPU tensor on an NCCL group goes
+    # through the GPU), returned on local's device.
+    padded = local.new_zeros((longest, *local.shape[1:]),
+                             device=collective_device(group, local.device))
     padded[: local.shape[0]] = local
     gathered = [torch.empty_like(padded) for _ in range(size)]
-    dist.all_gather(gathered, padded.contiguous(), group=group)
+    dist.all_gather(gathered, padded, group=group)
     out = local.new_empty((sum(plan.seqlens), *local.shape[1:]))
     for r in range(size):
-        out.index_copy_(0, local_indices(plan, r).to(out.device), gathered[r][: counts[r]])
+        out.index_copy_(0, local_indices(plan, r).to(out.device),
+                        gathered[r][: counts[r]].to(out.device))
     return out
