@@ -38,7 +38,10 @@ def _inputs(dtype):
     return [t.to(dtype).to(torch.float64) for t in (q, kv, w)]
 
 
-def _check_rank(rank, world, specs, dtype_name, topology, kernels, device="cpu"):
+def _check_rank(rank, world, specs, dtype_name, topology, kernels, device="cpu",
+                score_bytes=None):
+    if score_bytes is not None:
+        dt.TorchKernels.score_bytes = score_bytes
     if device == "cuda":
         device = f"cuda:{torch.cuda.current_device()}"
     for spec in specs:
@@ -104,6 +107,13 @@ def test_every_mask_family_matches_the_dense_reference_on_four_ranks(kernels):
 @pytest.mark.parametrize("kernels", KERNELS)
 def test_bf16_on_two_ranks(kernels):
     run_ranks(_check_rank, 2, ["causal", "documents:count=3"], "bfloat16", (1, 2), kernels)
+
+
+def test_torch_kernels_take_tiles_in_chunks_of_rows():
+    # 3 rows of a 32-token KV block per chunk: chunks start inside the masks' row slices.
+    rows = 3 * 4 * SHAPE["heads"] * 32
+    run_ranks(_check_rank, 2, ["causal", "lambda:sink=5,window=40", "documents:count=3"],
+              "float32", (1, 2), "torch", "cpu", rows)
 
 
 @needs_cuda

@@ -29,10 +29,16 @@ class TorchKernels:
 
     name = "torch"
 
+    #: The most bytes of float32 scores one step materialises: a tile is taken in chunks of
+    #: query rows under it (the backward holds about four such blocks at once), so a tile of
+    #: long chunks (a MagiAttention plan of one 48K-token sequence makes one 48K x 48K tile)
+    #: needs bounded memory rather than its whole score matrix: 76 GB there.
+    score_bytes = 256 << 20
+
     def __init__(self, device: torch.device | str) -> None:
         self.device = torch.device(device)
         # Masks repeat from tile to tile (every diagonal tile of a causal sequence has the same
-        # one), so each is built once; a tile its slices cover whole gets None (no masking).
+        # one), so each is built once; rows its slices cover whole get None (no masking).
         self._mask = functools.lru_cache(maxsize=64)(self._build_mask)
 
     # -- memory ---------------------------------------------------------------------------------
@@ -45,29 +51,33 @@ class TorchKernels:
     # -- attention ------------------------------------------------------------------------------
     def attend_forward(self, tiles: list, scale: float) -> None:
         for o, lse, q, kv, slices in tiles:
-            allowed = self._mask(q.shape[0], kv.shape[0], slices)
-            s, v = self._scores(q, kv, allowed, scale)              # [kvh, g, q, k]
-            tile_lse = torch.logsumexp(s, dim=-1)                   # [kvh, g, q]
-            p = torch.exp(s - _finite(tile_lse).unsqueeze(-1))      # masked: exp(-inf) = 0
-            tile_o = torch.einsum("hgqk,khd->qhgd", p, v).reshape(o.shape)
-            tile_lse = tile_lse.permute(2, 0, 1).reshape(lse.shape)
-            _merge_into(o, lse, tile_o, tile_lse)
+            for r0, r1 in self._row_chunks(q.shape, kv.shape[0]):
+                allowed = self._mask(r0, r1, kv.shape[0], slices)
+                s, v = self._scores(q[r0:r1], kv, allowed, scale)  # [kvh, g, rows, k]
+                chunk_lse = torch.logsumexp(s, dim=-1)              # [kvh, g, rows]
+                p = torch.exp(s - _finite(chunk_lse).unsqueeze(-1))  # masked: exp(-inf) = 0
+                chunk_o = torch.einsum("hgqk,khd->qhgd", p, v).reshape(o[r0:r1].shape)
+                chunk_lse = chunk_lse.permute(2, 0, 1).reshape(lse[r0:r1].shape)
+                _merge_into(o[r0:r1], lse[r0:r1], chunk_o, chunk_lse)
 
     def attend_backward(self, tiles: list, scale: float) -> None:
         for dq, dkv, q, kv, d_o, lse, delta, slices in tiles:
-            allowed = self._mask(q.shape[0], kv.shape[0], slices)
-            s, v = self._scores(q, kv, allowed, scale)
-            kv_heads, group = s.shape[0], s.shape[1]
-            by_group = (q.shape[0], kv_heads, group)
-            p = torch.exp(s - _finite(lse).reshape(by_group).permute(1, 2, 0).unsqueeze(-1))
-            d_o32 = d_o.float().reshape(*by_group, -1)
             k = kv[:, 0].float()
-            dp = torch.einsum("qhgd,khd->hgqk", d_o32, v)
-            ds = p * (dp - delta.reshape(by_group).permute(1, 2, 0).unsqueeze(-1))
-            q32 = q.float().reshape(*by_group, -1)
-            dq += (torch.einsum("hgqk,khd->qhgd", ds, k) * scale).reshape(dq.shape)
-            dkv[:, 0] += torch.einsum("hgqk,qhgd->khd", ds, q32) * scale
-            dkv[:, 1] += torch.einsum("hgqk,qhgd->khd", p, d_o32)
+            for r0, r1 in self._row_chunks(q.shape, kv.shape[0]):
+                allowed = self._mask(r0, r1, kv.shape[0], slices)
+                s, v = self._scores(q[r0:r1], kv, allowed, scale)
+                kv_heads, group = s.shape[0], s.shape[1]
+                by_group = (r1 - r0, kv_heads, group)
+                p = torch.exp(s - _finite(lse[r0:r1]).reshape(by_group).permute(1, 2, 0)
+                              .unsqueeze(-1))
+                d_o32 = d_o[r0:r1].float().reshape(*by_group, -1)
+                dp = torch.einsum("qhgd,khd->hgqk", d_o32, v)
+                ds = p * (dp - delta[r0:r1].reshape(by_group).permute(1, 2, 0).unsqueeze(-1))
+                q32 = q[r0:r1].float().reshape(*by_group, -1)
+                dq[r0:r1] += (torch.einsum("hgqk,khd->qhgd", ds, k) * scale).reshape(
+                    dq[r0:r1].shape)
+                dkv[:, 0] += torch.einsum("hgqk,qhgd->khd", ds, q32) * scale
+                dkv[:, 1] += torch.einsum("hgqk,qhgd->khd", p, d_o32)
 
     # -- reductions -----------------------------------------------------------------------------
     def merge_lse(self, o: torch.Tensor, lse: torch.Tensor, sources: list, lse_sources: list) -> None:
@@ -103,14 +113,22 @@ class TorchKernels:
             s = s.masked_fill(~allowed, _NEG_INF)
         return s, kv[:, 1].float()
 
-    def _build_mask(self, q_tokens: int, kv_tokens: int, slices: tuple) -> torch.Tensor | None:
-        if any(row_begin <= 0 and row_end >= q_tokens and lo_base <= 0 and lo_slope == 0 and
+    def _row_chunks(self, q_shape: torch.Size, kv_tokens: int) -> list[tuple[int, int]]:
+        """[r0, r1) ranges of a tile's query rows whose scores fit ``score_bytes``."""
+        q_tokens, heads = q_shape[0], q_shape[1]
+        rows = max(1, self.score_bytes // (4 * heads * max(kv_tokens, 1)))
+        return [(r0, min(r0 + rows, q_tokens)) for r0 in range(0, q_tokens, rows)]
+
+    def _build_mask(self, r0: int, r1: int, kv_tokens: int,
+                    slices: tuple) -> torch.Tensor | None:
+        """Which columns rows [r0, r1) of a tile may see, or None when they see all of them."""
+        if any(row_begin <= r0 and row_end >= r1 and lo_base <= 0 and lo_slope == 0 and
                hi_slope == 0 and hi_base >= kv_tokens
                for row_begin, row_end, lo_base, lo_slope, hi_base, hi_slope in slices):
             return None
-        rows = torch.arange(q_tokens, device=self.device).unsqueeze(1)
+        rows = torch.arange(r0, r1, device=self.device).unsqueeze(1)
         cols = torch.arange(kv_tokens, device=self.device).unsqueeze(0)
-        allowed = torch.zeros(q_tokens, kv_tokens, dtype=torch.bool, device=self.device)
+        allowed = torch.zeros(r1 - r0, kv_tokens, dtype=torch.bool, device=self.device)
         for row_begin, row_end, lo_base, lo_slope, hi_base, hi_slope in slices:
             allowed |= ((rows >= row_begin) & (rows < row_end) &
                         (cols >= lo_base + lo_slope * rows) & (cols < hi_base + hi_slope * rows))
