@@ -48,78 +48,99 @@ class DivisionScheduler {
   DivisionScheduler(const BlockSet& blocks, const Placement& placement, const Topology& topology,
                     const ScheduleOptions& options)
       : blocks_(blocks), placement_(placement), topology_(topology), options_(options) {
-    remote_.resize(topology.devices());
+    std::vector<std::vector<int32_t>> remote(topology.devices());
     for (int32_t c = 0; c < static_cast<int32_t>(blocks.compute_blocks.size()); ++c) {
       const ComputeBlock& cb = blocks.compute_blocks[c];
       const int32_t d = placement.compute_device[c].value;
-      if (Owner(cb.q_block) != d || Owner(cb.kv_block) != d) remote_[d].push_back(c);
+      if (Owner(cb.q_block) != d || Owner(cb.kv_block) != d) remote[d].push_back(c);
     }
-    for (int32_t d = 0; d < topology.devices(); ++d) OrderRemoteTiles(d);
     local_seconds_.assign(topology.devices(), 0);
     for (int32_t c = 0; c < static_cast<int32_t>(blocks.compute_blocks.size()); ++c) {
       const int32_t d = placement.compute_device[c].value;
       if (IsLocal(c, d)) local_seconds_[d] += Seconds(c);
     }
+    begin_.push_back(0);
     for (int32_t d = 0; d < topology.devices(); ++d) {
-      for (int32_t c : remote_[d]) {
-        const ComputeBlock& cb = blocks.compute_blocks[c];
+      OrderRemoteTiles(d, remote[d]);
+      tile_.insert(tile_.end(), remote[d].begin(), remote[d].end());
+      begin_.push_back(static_cast<int32_t>(tile_.size()));
+    }
+    for (int32_t c : tile_) {
+      flops_.push_back(Flops(c));
+      seconds_.push_back(Seconds(c));
+    }
+    for (int32_t d = 0; d < topology.devices(); ++d) {
+      for (int32_t slot = begin_[d]; slot < begin_[d + 1]; ++slot) {
+        const ComputeBlock& cb = blocks.compute_blocks[tile_[slot]];
         for (auto [side, block] :
              {std::pair{Side::kRow, cb.q_block}, std::pair{Side::kColumn, cb.kv_block}}) {
           if (Owner(block) == d) continue;
-          uses_.push_back({{block.value, cb.head_group, side}, topology.NodeOf(DeviceId{d}), d, c});
+          uses_.push_back(
+              {{block.value, cb.head_group, side}, topology.NodeOf(DeviceId{d}), d, slot});
         }
       }
     }
     std::sort(uses_.begin(), uses_.end());
+    for (size_t block = 0; block < blocks.data_blocks.size(); ++block) {
+      const NetBytes bytes =
+          NetBytesOf(blocks.data_blocks[block], blocks.shape, blocks.head_groups);
+      piece_bytes_.push_back(static_cast<double>(bytes.row_fwd));
+      piece_bytes_.push_back(static_cast<double>(bytes.column_fwd));
+    }
     FindFetchSeconds();
   }
 
-  bool HasRemoteWork() const {
-    return std::any_of(remote_.begin(), remote_.end(), [](const auto& t) { return !t.empty(); });
-  }
+  bool HasRemoteWork() const { return !tile_.empty(); }
 
   // Divisions sized to hide communication: division t takes tiles until the data they need
   // would take longer to move than division t-1 takes to compute; the last division takes the
-  // rest. Small early divisions behind a short division 0, larger ones later.
+  // rest. Small early divisions behind a short division 0, larger ones later. Per slot.
   std::vector<int32_t> AssignHiding(int32_t n) const {
-    std::vector<int32_t> division(blocks_.compute_blocks.size(), 0);
+    std::vector<int32_t> division(tile_.size());
     for (int32_t d = 0; d < topology_.devices(); ++d) {
       double previous = local_seconds_[d];  // compute of the division before the one being filled
       int32_t t = 1;
       double moving = 0, computing = 0;
-      for (int32_t c : remote_[d]) {
-        if (t < n - 1 && computing > 0 && moving + fetch_seconds_[c] > previous) {
+      for (int32_t slot = begin_[d]; slot < begin_[d + 1]; ++slot) {
+        if (t < n - 1 && computing > 0 && moving + fetch_seconds_[slot] > previous) {
           previous = computing;
           computing = moving = 0;
           ++t;
         }
-        moving += fetch_seconds_[c];
-        computing += Seconds(c);
-        division[c] = t;
+        moving += fetch_seconds_[slot];
+        computing += seconds_[slot];
+        division[slot] = t;
       }
     }
     return division;
   }
 
-  // Divisions of every compute block for n divisions (n >= 2 when there is remote work), the
-  // remote tiles cut into n - 1 divisions of equal compute.
+  // Divisions for n divisions (n >= 2), per slot: each device's remote tiles cut into n - 1
+  // divisions of equal compute.
   std::vector<int32_t> Assign(int32_t n) const {
-    std::vector<int32_t> division(blocks_.compute_blocks.size(), 0);
-    for (const std::vector<int32_t>& tiles : remote_) {
+    std::vector<int32_t> division(tile_.size());
+    for (int32_t d = 0; d < topology_.devices(); ++d) {
       int64_t total = 0;
-      for (int32_t c : tiles) total += Flops(c);
+      for (int32_t slot = begin_[d]; slot < begin_[d + 1]; ++slot) total += flops_[slot];
       int64_t prefix = 0;
-      for (int32_t c : tiles) {
+      for (int32_t slot = begin_[d]; slot < begin_[d + 1]; ++slot) {
         // The division whose share of the compute holds this tile's middle.
-        const int64_t middle = prefix + Flops(c) / 2;
-        division[c] =
+        const int64_t middle = prefix + flops_[slot] / 2;
+        division[slot] =
             1 + static_cast<int32_t>(std::min<int64_t>(
                     n - 2, static_cast<int64_t>(static_cast<double>(middle) * (n - 1) /
                                                 static_cast<double>(std::max<int64_t>(total, 1)))));
-        prefix += Flops(c);
+        prefix += flops_[slot];
       }
     }
     return division;
+  }
+
+  // Every compute block's division from the remote tiles' (local tiles compute in division 0).
+  std::vector<int32_t> ComputeDivision(const std::vector<int32_t>& division) const {
+    std::vector<int32_t> out(blocks_.compute_blocks.size(), 0);
+    for (size_t slot = 0; slot < tile_.size(); ++slot) out[tile_[slot]] = division[slot];
+    return out;
   }
 
   // First needs of remote pieces: one per (piece, device), ordered by piece, then node, then
@@ -128,11 +149,11 @@ class DivisionScheduler {
     std::vector<Need> needs;
     for (size_t i = 0; i < uses_.size();) {
       const Use& first = uses_[i];
-      int32_t t = division[first.tile];
+      int32_t t = division[first.slot];
       for (++i;
            i < uses_.size() && uses_[i].piece == first.piece && uses_[i].device == first.device;
            ++i) {
-        t = std::min(t, division[uses_[i].tile]);
+        t = std::min(t, division[uses_[i].slot]);
       }
       needs.push_back({first.piece, first.device, t});
     }
@@ -192,12 +213,15 @@ class DivisionScheduler {
     std::vector<double> compute(static_cast<size_t>(devices) * n, 0);
     std::vector<double> intra(compute.size(), 0), inter(compute.size(), 0);
     std::vector<double> node_inter(static_cast<size_t>(topology_.nodes) * n, 0);
-    for (size_t c = 0; c < division.size(); ++c) {
-      compute[at(placement_.compute_device[c].value, division[c])] +=
-          static_cast<double>(Flops(static_cast<int32_t>(c))) / options_.device_flops;
+    for (int32_t d = 0; d < devices; ++d) {
+      compute[at(d, 0)] = local_seconds_[d];
+      for (int32_t slot = begin_[d]; slot < begin_[d + 1]; ++slot) {
+        compute[at(d, division[slot])] += seconds_[slot];
+      }
     }
     for (const Transfer& t : transfers) {
-      const double b = PieceBytes(t.block, t.side);
+      const double b =
+          piece_bytes_[2 * static_cast<size_t>(t.block.value) + (t.side == Side::kRow ? 0 : 1)];
       const int32_t node = topology_.NodeOf(t.destination);
       if (topology_.NodeOf(t.source) == node) {
         intra[at(t.destination.value, t.division)] += b / options_.intra_node_bytes_per_s;
@@ -229,9 +253,9 @@ class DivisionScheduler {
   // second half computes, where the network between nodes is slow. Inside each group, tiles
   // sharing a row are neighbours, so a row's inputs arrive once, for the division that first
   // needs them.
-  void OrderRemoteTiles(int32_t d) {
+  void OrderRemoteTiles(int32_t d, std::vector<int32_t>& tiles) const {
     std::vector<int32_t> intra, inter;
-    for (int32_t c : remote_[d]) (NeedsOtherNode(c, d) ? inter : intra).push_back(c);
+    for (int32_t c : tiles) (NeedsOtherNode(c, d) ? inter : intra).push_back(c);
     const auto by_row = [&](int32_t a, int32_t b) { return RingKey(a, d) < RingKey(b, d); };
     std::sort(intra.begin(), intra.end(), by_row);
     std::sort(inter.begin(), inter.end(), by_row);
@@ -241,7 +265,6 @@ class DivisionScheduler {
     for (int64_t prefix = 0; middle != intra.end() && 2 * prefix < total; ++middle) {
       prefix += Flops(*middle);
     }
-    std::vector<int32_t>& tiles = remote_[d];
     tiles.assign(intra.begin(), middle);
     tiles.insert(tiles.end(), inter.begin(), inter.end());
     tiles.insert(tiles.end(), middle, intra.end());
@@ -263,17 +286,17 @@ class DivisionScheduler {
            topology_.NodeOf(DeviceId{Owner(cb.kv_block)}) != node;
   }
 
-  // fetch_seconds_[c] for every remote tile c: the time to move the inputs it is the first of its
-  // device's tiles (in remote_ order) to read, at the device's share of its node's network for
+  // fetch_seconds_ for every slot: the time to move the inputs its tile is the first of its
+  // device's tiles (in slot order) to read, at the device's share of its node's network for
   // inputs from other nodes. AssignHiding fills divisions by it.
   void FindFetchSeconds() {
-    fetch_seconds_.assign(blocks_.compute_blocks.size(), 0);
+    fetch_seconds_.assign(tile_.size(), 0);
     const double inter_per_device = options_.inter_node_bytes_per_s / topology_.devices_per_node;
     // fetched[PieceIndex(piece)] == d + 1 once device d fetches the piece.
     std::vector<int32_t> fetched(2 * blocks_.data_blocks.size() * blocks_.head_groups, 0);
     for (int32_t d = 0; d < topology_.devices(); ++d) {
-      for (int32_t c : remote_[d]) {
-        const ComputeBlock& cb = blocks_.compute_blocks[c];
+      for (int32_t slot = begin_[d]; slot < begin_[d + 1]; ++slot) {
+        const ComputeBlock& cb = blocks_.compute_blocks[tile_[slot]];
         for (auto [side, block] :
              {std::pair{Side::kRow, cb.q_block}, std::pair{Side::kColumn, cb.kv_block}}) {
           const size_t piece = PieceIndex({block.value, cb.head_group, side});
@@ -281,17 +304,12 @@ class DivisionScheduler {
           fetched[piece] = d + 1;
           const bool inter =
               topology_.NodeOf(DeviceId{Owner(block)}) != topology_.NodeOf(DeviceId{d});
-          fetch_seconds_[c] += PieceBytes(block, side) /
-                               (inter ? inter_per_device : options_.intra_node_bytes_per_s);
+          fetch_seconds_[slot] +=
+              piece_bytes_[2 * static_cast<size_t>(block.value) + (side == Side::kRow ? 0 : 1)] /
+              (inter ? inter_per_device : options_.intra_node_bytes_per_s);
         }
       }
     }
-  }
-  // Forward bytes of one side of a data block's piece for one head group.
-  double PieceBytes(DataBlockId block, Side side) const {
-    const NetBytes bytes =
-        NetBytesOf(blocks_.data_blocks[block.value], blocks_.shape, blocks_.head_groups);
-    return static_cast<double>(side == Side::kRow ? bytes.row_fwd : bytes.column_fwd);
   }
 
   int32_t Owner(DataBlockId block) const { return placement_.data_device[block.value].value; }
@@ -312,7 +330,7 @@ class DivisionScheduler {
   // A remote piece a tile reads, on the device computing it.
   struct Use {
     PieceSide piece;
-    int32_t node, device, tile;
+    int32_t node, device, slot;
     friend auto operator<=>(const Use&, const Use&) = default;
   };
 
@@ -320,10 +338,17 @@ class DivisionScheduler {
   const Placement& placement_;
   const Topology& topology_;
   const ScheduleOptions& options_;
-  std::vector<std::vector<int32_t>> remote_;  // per device: its tiles needing remote data
-  std::vector<double> local_seconds_;         // per device: compute of its local tiles
-  std::vector<Use> uses_;  // every remote read, by piece, node, device, tile: Needs' groups
-  std::vector<double> fetch_seconds_;  // per compute block (FindFetchSeconds)
+  std::vector<double> local_seconds_;  // per device: compute of its local tiles
+  // The tiles needing remote data, numbered by slot: device d's are slots [begin_[d],
+  // begin_[d + 1]) in its order (OrderRemoteTiles). Each layout's work runs over the slots, with
+  // their values laid out in that order, rather than over every tile of the batch.
+  std::vector<int32_t> tile_;          // per slot: the compute block
+  std::vector<int32_t> begin_;         // per device, and one past the last
+  std::vector<int64_t> flops_;         // per slot: forward + backward FLOPs
+  std::vector<double> seconds_;        // per slot: Seconds(tile)
+  std::vector<double> fetch_seconds_;  // per slot (FindFetchSeconds)
+  std::vector<Use> uses_;  // every remote read, by piece, node, device, slot: Needs' groups
+  std::vector<double> piece_bytes_;  // forward bytes of (data block, side): 2 * block + side
 };
 
 }  // namespace
@@ -380,20 +405,20 @@ Result<Schedule> ScheduleDivisions(const BlockSet& blocks, const Placement& plac
     for (bool hiding : {false, true}) layouts.push_back({n, hiding});
   }
   const auto make = [&](const Layout& layout) {
-    Schedule s{.n_divisions = layout.n,
-               .compute_division =
-                   layout.hiding ? scheduler.AssignHiding(layout.n) : scheduler.Assign(layout.n),
-               .transfers = {},
-               .reduce_in_node = true};
-    s.transfers = scheduler.Route(scheduler.Needs(s.compute_division));
-    return s;
+    return layout.hiding ? scheduler.AssignHiding(layout.n) : scheduler.Assign(layout.n);
   };
   std::vector<double> time(layouts.size());
   internal::ParallelFor(static_cast<int32_t>(layouts.size()), options.threads, [&](int32_t i) {
-    const Schedule s = make(layouts[i]);
-    time[i] = scheduler.ModelledTime(s.compute_division, s.transfers, s.n_divisions);
+    const std::vector<int32_t> division = make(layouts[i]);
+    time[i] =
+        scheduler.ModelledTime(division, scheduler.Route(scheduler.Needs(division)), layouts[i].n);
   });
-  Schedule best = make(layouts[std::min_element(time.begin(), time.end()) - time.begin()]);
+  const Layout& chosen = layouts[std::min_element(time.begin(), time.end()) - time.begin()];
+  const std::vector<int32_t> division = make(chosen);
+  Schedule best{.n_divisions = chosen.n,
+                .compute_division = scheduler.ComputeDivision(division),
+                .transfers = scheduler.Route(scheduler.Needs(division)),
+                .reduce_in_node = true};
   // The schedule's order: by division, then phase (relays forward after they receive).
   std::sort(best.transfers.begin(), best.transfers.end(), [](const Transfer& a, const Transfer& b) {
     return std::tie(a.division, a.phase, a.source, a.destination, a.block, a.head_group, a.side) <
