@@ -69,18 +69,7 @@ class DivisionScheduler {
       flops_.push_back(Flops(c));
       seconds_.push_back(Seconds(c));
     }
-    for (int32_t d = 0; d < topology.devices(); ++d) {
-      for (int32_t slot = begin_[d]; slot < begin_[d + 1]; ++slot) {
-        const ComputeBlock& cb = blocks.compute_blocks[tile_[slot]];
-        for (auto [side, block] :
-             {std::pair{Side::kRow, cb.q_block}, std::pair{Side::kColumn, cb.kv_block}}) {
-          if (Owner(block) == d) continue;
-          uses_.push_back(
-              {{block.value, cb.head_group, side}, topology.NodeOf(DeviceId{d}), d, slot});
-        }
-      }
-    }
-    std::sort(uses_.begin(), uses_.end());
+    FindUses();
     for (size_t block = 0; block < blocks.data_blocks.size(); ++block) {
       const NetBytes bytes =
           NetBytesOf(blocks.data_blocks[block], blocks.shape, blocks.head_groups);
@@ -284,6 +273,28 @@ class DivisionScheduler {
     const int32_t node = topology_.NodeOf(DeviceId{d});
     return topology_.NodeOf(DeviceId{Owner(cb.q_block)}) != node ||
            topology_.NodeOf(DeviceId{Owner(cb.kv_block)}) != node;
+  }
+
+  // uses_, sorted: made in (device, slot) order, which is (node, device, slot) order, and
+  // placed stably by piece (a counting sort: PieceIndex orders pieces as PieceSide's <=> does).
+  void FindUses() {
+    std::vector<int32_t> start(2 * blocks_.data_blocks.size() * blocks_.head_groups + 1, 0);
+    std::vector<Use> made;
+    for (int32_t d = 0; d < topology_.devices(); ++d) {
+      for (int32_t slot = begin_[d]; slot < begin_[d + 1]; ++slot) {
+        const ComputeBlock& cb = blocks_.compute_blocks[tile_[slot]];
+        for (auto [side, block] :
+             {std::pair{Side::kRow, cb.q_block}, std::pair{Side::kColumn, cb.kv_block}}) {
+          if (Owner(block) == d) continue;
+          made.push_back(
+              {{block.value, cb.head_group, side}, topology_.NodeOf(DeviceId{d}), d, slot});
+          ++start[PieceIndex(made.back().piece) + 1];
+        }
+      }
+    }
+    for (size_t i = 1; i < start.size(); ++i) start[i] += start[i - 1];
+    uses_.resize(made.size());
+    for (const Use& use : made) uses_[start[PieceIndex(use.piece)]++] = use;
   }
 
   // fetch_seconds_ for every slot: the time to move the inputs its tile is the first of its
