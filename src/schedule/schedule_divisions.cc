@@ -69,7 +69,7 @@ class DivisionScheduler {
       flops_.push_back(Flops(c));
       seconds_.push_back(Seconds(c));
     }
-    FindUses();
+    FindFirstReads();
     for (size_t block = 0; block < blocks.data_blocks.size(); ++block) {
       const NetBytes bytes =
           NetBytesOf(blocks.data_blocks[block], blocks.shape, blocks.head_groups);
@@ -133,18 +133,13 @@ class DivisionScheduler {
   }
 
   // First needs of remote pieces: one per (piece, device), ordered by piece, then node, then
-  // device.
+  // device. Divisions never decrease along a device's slots (Assign, AssignHiding), so a device
+  // first needs a piece in the division of its first slot reading it.
   std::vector<Need> Needs(const std::vector<int32_t>& division) const {
     std::vector<Need> needs;
-    for (size_t i = 0; i < uses_.size();) {
-      const Use& first = uses_[i];
-      int32_t t = division[first.slot];
-      for (++i;
-           i < uses_.size() && uses_[i].piece == first.piece && uses_[i].device == first.device;
-           ++i) {
-        t = std::min(t, division[uses_[i].slot]);
-      }
-      needs.push_back({first.piece, first.device, t});
+    needs.reserve(first_reads_.size());
+    for (const Use& use : first_reads_) {
+      needs.push_back({use.piece, use.device, division[use.slot]});
     }
     return needs;
   }
@@ -275,9 +270,10 @@ class DivisionScheduler {
            topology_.NodeOf(DeviceId{Owner(cb.kv_block)}) != node;
   }
 
-  // uses_, sorted: made in (device, slot) order, which is (node, device, slot) order, and
-  // placed stably by piece (a counting sort: PieceIndex orders pieces as PieceSide's <=> does).
-  void FindUses() {
+  // first_reads_: every remote read sorted by (piece, node, device, slot), the first of each
+  // (piece, device). Reads are made in (device, slot) order, which is (node, device, slot) order,
+  // and placed stably by piece (a counting sort: PieceIndex orders pieces as PieceSide's <=>).
+  void FindFirstReads() {
     std::vector<int32_t> start(2 * blocks_.data_blocks.size() * blocks_.head_groups + 1, 0);
     std::vector<Use> made;
     for (int32_t d = 0; d < topology_.devices(); ++d) {
@@ -286,15 +282,19 @@ class DivisionScheduler {
         for (auto [side, block] :
              {std::pair{Side::kRow, cb.q_block}, std::pair{Side::kColumn, cb.kv_block}}) {
           if (Owner(block) == d) continue;
-          made.push_back(
-              {{block.value, cb.head_group, side}, topology_.NodeOf(DeviceId{d}), d, slot});
+          made.push_back({{block.value, cb.head_group, side}, d, slot});
           ++start[PieceIndex(made.back().piece) + 1];
         }
       }
     }
     for (size_t i = 1; i < start.size(); ++i) start[i] += start[i - 1];
-    uses_.resize(made.size());
-    for (const Use& use : made) uses_[start[PieceIndex(use.piece)]++] = use;
+    std::vector<Use> uses(made.size());
+    for (const Use& use : made) uses[start[PieceIndex(use.piece)]++] = use;
+    for (size_t i = 0; i < uses.size(); ++i) {
+      if (i == 0 || uses[i].piece != uses[i - 1].piece || uses[i].device != uses[i - 1].device) {
+        first_reads_.push_back(uses[i]);
+      }
+    }
   }
 
   // fetch_seconds_ for every slot: the time to move the inputs its tile is the first of its
@@ -341,8 +341,7 @@ class DivisionScheduler {
   // A remote piece a tile reads, on the device computing it.
   struct Use {
     PieceSide piece;
-    int32_t node, device, slot;
-    friend auto operator<=>(const Use&, const Use&) = default;
+    int32_t device, slot;
   };
 
   const BlockSet& blocks_;
@@ -358,7 +357,7 @@ class DivisionScheduler {
   std::vector<int64_t> flops_;         // per slot: forward + backward FLOPs
   std::vector<double> seconds_;        // per slot: Seconds(tile)
   std::vector<double> fetch_seconds_;  // per slot (FindFetchSeconds)
-  std::vector<Use> uses_;  // every remote read, by piece, node, device, slot: Needs' groups
+  std::vector<Use> first_reads_;     // per (piece, device) read remotely: its first slot reading it
   std::vector<double> piece_bytes_;  // forward bytes of (data block, side): 2 * block + side
 };
 
