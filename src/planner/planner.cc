@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -266,6 +267,7 @@ struct Tried {
   std::optional<Result<PlannedBatch>> planned;
   CandidateOutcome outcome;
   bool over_budget = false;
+  bool released = false;  // planned, then emptied as it cannot be chosen (ReleaseLosers)
 };
 
 bool Planned(const Tried& t) { return t.planned && t.planned->ok(); }
@@ -374,7 +376,11 @@ void RefineDivisions(const Batch& batch, const PlanOptions& own, const PlanOptio
   PlanOptions search = own;
   search.division_choice = DivisionChoice::kSimulate;
   search.threads = threads;  // the counts are replayed on these
-  PlannedBatch refined = *best;
+  // The blocks and placement, not the plan, which the search compiles anew.
+  PlannedBatch refined;
+  refined.blocks = best->blocks;
+  refined.placed = best->placed;
+  refined.ms = best->ms;
   if (!ScheduleAndCompile(batch, search, 0, &refined).ok()) return;
   const auto [peak, spread] = Peaks(refined.plan);
   Result<SimReport> report = SimulatePlan(refined.plan, CostCluster(options));
@@ -391,25 +397,55 @@ void RefineDivisions(const Batch& batch, const PlanOptions& own, const PlanOptio
   outcome->peak_imbalance = spread;
 }
 
-// The fastest planned candidate, or the fastest of those whose peaks are spread within the bound
-// when it is within the slack of the fastest; ties go to the earlier candidate.
-std::optional<size_t> Choose(const std::vector<Tried>& tried, const TuningOptions& tuning,
-                             bool own_only) {
+// The fastest planned candidate and the fastest of those whose peaks are spread within the bound;
+// ties go to the earlier candidate.
+struct Fastest {
   std::optional<size_t> fastest, balanced;
+};
+
+Fastest FindFastest(const std::vector<Tried>& tried, const TuningOptions& tuning, bool own_only) {
+  Fastest f;
   for (size_t i = 0; i < tried.size(); ++i) {
     const CandidateOutcome& o = tried[i].outcome;
     if (!Planned(tried[i]) || (own_only && !o.own)) continue;
-    if (!fastest || o.simulated_s < tried[*fastest].outcome.simulated_s) fastest = i;
+    if (!f.fastest || o.simulated_s < tried[*f.fastest].outcome.simulated_s) f.fastest = i;
     if (o.peak_imbalance <= tuning.max_peak_imbalance &&
-        (!balanced || o.simulated_s < tried[*balanced].outcome.simulated_s)) {
-      balanced = i;
+        (!f.balanced || o.simulated_s < tried[*f.balanced].outcome.simulated_s)) {
+      f.balanced = i;
     }
   }
-  if (balanced && tried[*balanced].outcome.simulated_s <=
-                      tried[*fastest].outcome.simulated_s * (1 + tuning.balance_slack)) {
-    return balanced;
+  return f;
+}
+
+// The fastest planned candidate, or the fastest of those whose peaks are spread within the bound
+// when it is within the slack of the fastest.
+std::optional<size_t> Choose(const std::vector<Tried>& tried, const TuningOptions& tuning,
+                             bool own_only) {
+  const Fastest f = FindFastest(tried, tuning, own_only);
+  if (f.balanced && tried[*f.balanced].outcome.simulated_s <=
+                        tried[*f.fastest].outcome.simulated_s * (1 + tuning.balance_slack)) {
+    return f.balanced;
   }
-  return fastest;
+  return f.fastest;
+}
+
+// Empties the plans no later candidate can make chosen, into *released (to be freed outside any
+// lock). Choose picks the fastest or the fastest balanced candidate, of all or of dcp's own, and
+// a candidate that is none of these now never becomes one: later candidates only add rivals, and
+// RefineDivisions only makes the best own faster. Its outcome stays; the tuning then holds a few
+// plans, not one per candidate (a 3000-token sequence in blocks of 1 token: 9.6 GB before).
+void ReleaseLosers(std::vector<Tried>& tried, const TuningOptions& tuning,
+                   std::vector<PlannedBatch>* released) {
+  const Fastest all = FindFastest(tried, tuning, /*own_only=*/false);
+  const Fastest own = FindFastest(tried, tuning, /*own_only=*/true);
+  for (size_t i = 0; i < tried.size(); ++i) {
+    if (!Planned(tried[i]) || tried[i].released || i == all.fastest || i == all.balanced ||
+        i == own.fastest || i == own.balanced) {
+      continue;
+    }
+    released->push_back(std::move(**tried[i].planned));
+    tried[i].released = true;
+  }
 }
 
 // The counts of tuning.head_groups dcp's best candidate is planned again with: those dividing the
@@ -445,12 +481,20 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
   const auto total = static_cast<int32_t>(candidates.size()) + splits;
   std::atomic<int32_t> done{0};
   ReportProgress(options.monitor, "candidates", 0, total);
+  std::mutex tried_mutex;  // tried, while candidates are planned on the threads
+  const auto keep = [&](int32_t i, Tried t) {
+    std::vector<PlannedBatch> released;
+    {
+      const std::lock_guard<std::mutex> lock(tried_mutex);
+      tried[i] = std::move(t);
+      ReleaseLosers(tried, options.tuning, &released);
+    }
+  };
   const auto try_range = [&](int32_t begin, int32_t end, double bound_s) {
     internal::ParallelFor(end - begin, options.threads, [&](int32_t k) {
       const int32_t i = begin + k;
-      if (CheckCancelled(options.monitor).ok()) {
-        tried[i] = Try(batch, candidates[i], options, bound_s);
-      }
+      if (CheckCancelled(options.monitor).ok())
+        keep(i, Try(batch, candidates[i], options, bound_s));
       ReportProgress(options.monitor, "candidates", ++done, total);
     });
   };
@@ -481,6 +525,8 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
         if (Planned(t)) {
           RefineDivisions(batch, *c.own, options, options.threads, &**t.planned, &t.outcome);
         }
+        std::vector<PlannedBatch> released;
+        ReleaseLosers(tried, options.tuning, &released);
         ReportProgress(options.monitor, "candidates", ++done, total);
         ++others;
       }
@@ -495,6 +541,7 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
 
   const std::optional<size_t> best = Choose(tried, options.tuning, /*own_only=*/false);
   if (!best) return NoCandidate(tried, options);
+  if (tried[*best].released) return Status::Internal("tuning: the chosen plan was released");
   PlannedBatch chosen = std::move(*tried[*best].planned).value();
   chosen.ms.search = std::max(0.0, watch.Lap() + tuning_ms - chosen.ms.total());
   chosen.best_own = best_own;
