@@ -204,8 +204,7 @@ class DivisionScheduler {
       }
     }
     for (const Transfer& t : transfers) {
-      const double b =
-          piece_bytes_[2 * static_cast<size_t>(t.block.value) + (t.side == Side::kRow ? 0 : 1)];
+      const double b = PieceBytes(t.block.value, t.side);
       const int32_t node = topology_.NodeOf(t.destination);
       if (topology_.NodeOf(t.source) == node) {
         intra[at(t.destination.value, t.division)] += b / options_.intra_node_bytes_per_s;
@@ -315,14 +314,17 @@ class DivisionScheduler {
           fetched[piece] = d + 1;
           const bool inter =
               topology_.NodeOf(DeviceId{Owner(block)}) != topology_.NodeOf(DeviceId{d});
-          fetch_seconds_[slot] +=
-              piece_bytes_[2 * static_cast<size_t>(block.value) + (side == Side::kRow ? 0 : 1)] /
-              (inter ? inter_per_device : options_.intra_node_bytes_per_s);
+          fetch_seconds_[slot] += PieceBytes(block.value, side) /
+                                  (inter ? inter_per_device : options_.intra_node_bytes_per_s);
         }
       }
     }
   }
 
+  // Forward bytes of one side of a data block's piece for one head group.
+  double PieceBytes(int32_t block, Side side) const {
+    return piece_bytes_[2 * static_cast<size_t>(block) + (side == Side::kRow ? 0 : 1)];
+  }
   int32_t Owner(DataBlockId block) const { return placement_.data_device[block.value].value; }
   bool IsLocal(int32_t c, int32_t d) const {
     const ComputeBlock& cb = blocks_.compute_blocks[c];
