@@ -19,7 +19,7 @@ namespace {
 struct PieceSide {
   int32_t block, head_group;
   Side side;
-  friend auto operator<=>(const PieceSide&, const PieceSide&) = default;
+  friend bool operator==(const PieceSide&, const PieceSide&) = default;
 };
 
 // A device's first need of a remote piece.
@@ -271,7 +271,7 @@ class DivisionScheduler {
 
   // first_reads_: every remote read sorted by (piece, node, device, slot), the first of each
   // (piece, device). Reads are made in (device, slot) order, which is (node, device, slot) order,
-  // and placed stably by piece (a counting sort: PieceIndex orders pieces as PieceSide's <=>).
+  // and placed stably by piece (a counting sort by PieceIndex: block, head group, side).
   void FindFirstReads() {
     std::vector<int32_t> start(2 * blocks_.data_blocks.size() * blocks_.head_groups + 1, 0);
     std::vector<Use> made;
