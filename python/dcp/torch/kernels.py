@@ -51,9 +51,10 @@ class TorchKernels:
     # -- attention ------------------------------------------------------------------------------
     def attend_forward(self, tiles: list, scale: float) -> None:
         for o, lse, q, kv, slices in tiles:
+            k, v = kv[:, 0].float(), kv[:, 1].float()  # once per tile, whatever its chunks
             for r0, r1 in self._row_chunks(q.shape, kv.shape[0]):
                 allowed = self._mask(r0, r1, kv.shape[0], slices)
-                s, v = self._scores(q[r0:r1], kv, allowed, scale)  # [kvh, g, rows, k]
+                s = _scores(_grouped(q[r0:r1], k), k, allowed, scale)  # [kvh, g, rows, k]
                 chunk_lse = torch.logsumexp(s, dim=-1)              # [kvh, g, rows]
                 p = torch.exp(s - _finite(chunk_lse).unsqueeze(-1))  # masked: exp(-inf) = 0
                 chunk_o = torch.einsum("hgqk,khd->qhgd", p, v).reshape(o[r0:r1].shape)
@@ -62,18 +63,17 @@ class TorchKernels:
 
     def attend_backward(self, tiles: list, scale: float) -> None:
         for dq, dkv, q, kv, d_o, lse, delta, slices in tiles:
-            k = kv[:, 0].float()
+            k, v = kv[:, 0].float(), kv[:, 1].float()
             for r0, r1 in self._row_chunks(q.shape, kv.shape[0]):
                 allowed = self._mask(r0, r1, kv.shape[0], slices)
-                s, v = self._scores(q[r0:r1], kv, allowed, scale)
-                kv_heads, group = s.shape[0], s.shape[1]
-                by_group = (r1 - r0, kv_heads, group)
+                q32 = _grouped(q[r0:r1], k)
+                s = _scores(q32, k, allowed, scale)
+                by_group = q32.shape[:3]  # (rows, kv_heads, group)
                 p = torch.exp(s - _finite(lse[r0:r1]).reshape(by_group).permute(1, 2, 0)
                               .unsqueeze(-1))
                 d_o32 = d_o[r0:r1].float().reshape(*by_group, -1)
                 dp = torch.einsum("qhgd,khd->hgqk", d_o32, v)
                 ds = p * (dp - delta[r0:r1].reshape(by_group).permute(1, 2, 0).unsqueeze(-1))
-                q32 = q[r0:r1].float().reshape(*by_group, -1)
                 dq[r0:r1] += (torch.einsum("hgqk,khd->qhgd", ds, k) * scale).reshape(
                     dq[r0:r1].shape)
                 dkv[:, 0] += torch.einsum("hgqk,qhgd->khd", ds, q32) * scale
@@ -102,17 +102,6 @@ class TorchKernels:
         delta.copy_((o.float() * d_o.float()).sum(dim=-1))
 
     # -- helpers --------------------------------------------------------------------------------
-    @staticmethod
-    def _scores(q, kv, allowed, scale):
-        """Masked scores [kv_heads, group, q, k] in float32, and V [k, kv_heads, head_dim]."""
-        q_tokens, heads, head_dim = q.shape
-        kv_heads = kv.shape[2]
-        q32 = q.float().reshape(q_tokens, kv_heads, heads // kv_heads, head_dim)
-        s = torch.einsum("qhgd,khd->hgqk", q32, kv[:, 0].float()) * scale
-        if allowed is not None:
-            s = s.masked_fill(~allowed, _NEG_INF)
-        return s, kv[:, 1].float()
-
     def _row_chunks(self, q_shape: torch.Size, kv_tokens: int) -> list[tuple[int, int]]:
         """[r0, r1) ranges of a tile's query rows whose scores fit ``score_bytes``."""
         q_tokens, heads = q_shape[0], q_shape[1]
@@ -133,6 +122,20 @@ class TorchKernels:
             allowed |= ((rows >= row_begin) & (rows < row_end) &
                         (cols >= lo_base + lo_slope * rows) & (cols < hi_base + hi_slope * rows))
         return allowed
+
+
+def _grouped(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """q [rows, heads, head_dim] in float32 as [rows, kv_heads, group, head_dim] (K's heads)."""
+    rows, heads, head_dim = q.shape
+    kv_heads = k.shape[1]
+    return q.float().reshape(rows, kv_heads, heads // kv_heads, head_dim)
+
+
+def _scores(q32: torch.Tensor, k: torch.Tensor, allowed: torch.Tensor | None,
+            scale: float) -> torch.Tensor:
+    """Masked scores [kv_heads, group, rows, k] in float32 of grouped q32 against float32 K."""
+    s = torch.einsum("qhgd,khd->hgqk", q32, k) * scale
+    return s if allowed is None else s.masked_fill(~allowed, _NEG_INF)
 
 
 def _finite(x: torch.Tensor) -> torch.Tensor:
