@@ -429,13 +429,13 @@ std::optional<size_t> Choose(const std::vector<Tried>& tried, const TuningOption
   return f.fastest;
 }
 
-// Empties the plans no later candidate can make chosen, into *released (to be freed outside any
+// Empties the plans no later candidate can make chosen and returns them (to be freed outside any
 // lock). Choose picks the fastest or the fastest balanced candidate, of all or of dcp's own, and
 // a candidate that is none of these now never becomes one: later candidates only add rivals, and
 // RefineDivisions only makes the best own faster. Its outcome stays; the tuning then holds a few
 // plans, not one per candidate (a 3000-token sequence in blocks of 1 token: 9.6 GB before).
-void ReleaseLosers(std::vector<Tried>& tried, const TuningOptions& tuning,
-                   std::vector<PlannedBatch>* released) {
+std::vector<PlannedBatch> ReleaseLosers(std::vector<Tried>& tried, const TuningOptions& tuning) {
+  std::vector<PlannedBatch> released;
   const Fastest all = FindFastest(tried, tuning, /*own_only=*/false);
   const Fastest own = FindFastest(tried, tuning, /*own_only=*/true);
   for (size_t i = 0; i < tried.size(); ++i) {
@@ -443,9 +443,10 @@ void ReleaseLosers(std::vector<Tried>& tried, const TuningOptions& tuning,
         i == own.fastest || i == own.balanced) {
       continue;
     }
-    released->push_back(std::move(**tried[i].planned));
+    released.push_back(std::move(**tried[i].planned));
     tried[i].released = true;
   }
+  return released;
 }
 
 // The counts of tuning.head_groups dcp's best candidate is planned again with: those dividing the
@@ -483,18 +484,19 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
   ReportProgress(options.monitor, "candidates", 0, total);
   std::mutex tried_mutex;  // tried, while candidates are planned on the threads
   const auto keep = [&](int32_t i, Tried t) {
-    std::vector<PlannedBatch> released;
+    std::vector<PlannedBatch> released;  // freed after the lock: a large plan takes long to free
     {
       const std::lock_guard<std::mutex> lock(tried_mutex);
       tried[i] = std::move(t);
-      ReleaseLosers(tried, options.tuning, &released);
+      released = ReleaseLosers(tried, options.tuning);
     }
   };
   const auto try_range = [&](int32_t begin, int32_t end, double bound_s) {
     internal::ParallelFor(end - begin, options.threads, [&](int32_t k) {
       const int32_t i = begin + k;
-      if (CheckCancelled(options.monitor).ok())
+      if (CheckCancelled(options.monitor).ok()) {
         keep(i, Try(batch, candidates[i], options, bound_s));
+      }
       ReportProgress(options.monitor, "candidates", ++done, total);
     });
   };
@@ -525,8 +527,7 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
         if (Planned(t)) {
           RefineDivisions(batch, *c.own, options, options.threads, &**t.planned, &t.outcome);
         }
-        std::vector<PlannedBatch> released;
-        ReleaseLosers(tried, options.tuning, &released);
+        ReleaseLosers(tried, options.tuning);
         ReportProgress(options.monitor, "candidates", ++done, total);
         ++others;
       }
