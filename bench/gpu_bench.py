@@ -6,7 +6,8 @@ One rank (an NCCL group of one): every tile runs on this GPU, no transfer is mad
 is the cost of executing a plan's instruction stream with the torch kernels (one einsum chain per
 tile, float32 scores) against the best a single GPU does without dcp:
 ``torch.nn.functional.scaled_dot_product_attention`` per sequence through FlashAttention
-(causal, the input dtype), forward + backward. Also the peak CUDA memory each allocates beyond its inputs.
+(causal, the input dtype), forward + backward. Also the peak CUDA memory each allocates beyond
+its inputs.
 
     PYTHONPATH=build/python python bench/gpu_bench.py [--tokens 32768] [--block-size 1024]
 """
