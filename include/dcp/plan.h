@@ -11,8 +11,9 @@
 //    dQ = dKV = 0. Every accumulator is initialised this way before its first use.
 //  - BlockwiseAttention runs all its tiles as one fused call. Forward: each tile merges its result
 //    into its (out, lse) accumulators by log-sum-exp, in fp32. Backward: each tile adds its dQ and
-//    dKV contributions into its (dq, dkv) accumulators, in fp32. Tiles carry their mask slices in
-//    tile coordinates (row 0 is the q block's first token, column 0 the kv block's first token).
+//    dKV contributions into its (dq, dkv) accumulators, in fp32. A tile's mask is a range of its
+//    call's slices, in tile coordinates (row 0 is the q block's first token, column 0 the kv
+//    block's first token).
 //  - BlockwiseReduction with sources writes reduce(sources) into the destination: kLseMerge merges
 //    (O, LSE) pairs (the O slots are listed, the LSE slots are paired positionally in lse_sources
 //    and lse_destination); kSum adds; kDelta writes Delta = rowsum(O * dO) from sources [O, dO].
@@ -36,6 +37,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <variant>
 #include <vector>
@@ -93,8 +95,10 @@ struct AttentionTile {
   SlotId q = -1, kv = -1;
   SlotId out = -1, lse = -1;  // forward accumulators
   SlotId d_o = -1, delta = -1, dq = -1,
-         dkv = -1;                 // backward inputs (with q, kv, lse) and accumulators
-  std::vector<Slice> slices = {};  // the mask inside the tile, tile coordinates
+         dkv = -1;  // backward inputs (with q, kv, lse) and accumulators
+  // The mask inside the tile, in tile coordinates: slices [first_slice, first_slice + n_slices)
+  // of its BlockwiseAttention (BlockwiseAttention::SlicesOf).
+  int32_t first_slice = 0, n_slices = 0;
   friend bool operator==(const AttentionTile&, const AttentionTile&) = default;
 };
 
@@ -102,6 +106,16 @@ struct BlockwiseAttention {
   Pass pass = Pass::kForward;
   int32_t division = 0;
   std::vector<AttentionTile> tiles = {};
+  // The tiles' masks, one array for the call rather than a heap block per tile (a plan has
+  // millions of tiles). Tiles with the same mask may share a range.
+  std::vector<Slice> slices = {};
+
+  // REQUIRES: the tile's range lies inside `slices` (ValidatePlan and DecodePlan check it).
+  std::span<const Slice> SlicesOf(const AttentionTile& tile) const {
+    return std::span<const Slice>(slices).subspan(tile.first_slice, tile.n_slices);
+  }
+  // Appends a tile whose mask is `mask`, sharing the previous tile's range when it is the same.
+  void AddTile(AttentionTile tile, std::span<const Slice> mask);
   friend bool operator==(const BlockwiseAttention&, const BlockwiseAttention&) = default;
 };
 

@@ -84,20 +84,28 @@ class SlotTypes {
   int64_t tokens_, q_elems_, kv_elems_, heads_;
 };
 
-// The mask of a tile in tile coordinates.
-std::vector<Slice> TileSlices(const Mask& mask, const DataBlock& q, const DataBlock& kv) {
-  std::vector<Slice> out;
+// The mask of a tile in tile coordinates, into *out. A slice that allows every column of the tile
+// on its rows becomes the rectangle of those rows, so that the many full tiles of a sequence
+// have the same mask and share it (BlockwiseAttention::AddTile).
+void TileSlices(const Mask& mask, const DataBlock& q, const DataBlock& kv, std::vector<Slice>* out) {
+  out->clear();
   const int64_t q0 = q.token_begin, k0 = kv.token_begin;
   for (const Slice& s : mask.slices()) {
     const int64_t begin = std::max(s.row_begin, q0), end = std::min(s.row_end, q0 + q.tokens);
     if (begin >= end) continue;
-    const Slice local{.row_begin = begin - q0,
-                      .row_end = end - q0,
-                      .lo = {.base = s.lo.base + s.lo.slope * q0 - k0, .slope = s.lo.slope},
-                      .hi = {.base = s.hi.base + s.hi.slope * q0 - k0, .slope = s.hi.slope}};
-    if (SliceArea(local, 0, q.tokens, 0, kv.tokens) > 0) out.push_back(local);
+    Slice local{.row_begin = begin - q0,
+                .row_end = end - q0,
+                .lo = {.base = s.lo.base + s.lo.slope * q0 - k0, .slope = s.lo.slope},
+                .hi = {.base = s.hi.base + s.hi.slope * q0 - k0, .slope = s.hi.slope}};
+    if (SliceArea(local, 0, q.tokens, 0, kv.tokens) == 0) continue;
+    // Column bounds never decrease along the rows: the last row's lo and the first row's hi
+    // are the tightest.
+    if (local.lo.At(local.row_end - 1) <= 0 && local.hi.At(local.row_begin) >= kv.tokens) {
+      local.lo = {.base = 0, .slope = 0};
+      local.hi = {.base = kv.tokens, .slope = 0};
+    }
+    out->push_back(local);
   }
-  return out;
 }
 
 // The tensors that travel for one side of a tile, in the order they are packed.
@@ -557,15 +565,16 @@ SlotId Compiler::Accumulator(State& st, BlockwiseReduction& init, Key key) const
 void Compiler::Compute(State& st, DeviceId device, Pass pass, int32_t division) const {
   BlockwiseReduction init_lse{.kind = ReductionKind::kLseMerge, .ops = {}};
   BlockwiseReduction init_sum{.kind = ReductionKind::kSum, .ops = {}};
-  BlockwiseAttention attention{.pass = pass, .division = division, .tiles = {}};
-  for (int32_t c : tiles_[Index(device.value, division)]) {
+  BlockwiseAttention attention{.pass = pass, .division = division, .tiles = {}, .slices = {}};
+  const std::vector<int32_t>& tiles = tiles_[Index(device.value, division)];
+  attention.tiles.reserve(tiles.size());
+  std::vector<Slice> mask;
+  for (int32_t c : tiles) {
     const ComputeBlock& cb = blocks_.compute_blocks[c];
     const int32_t q = cb.q_block.value, kv = cb.kv_block.value, g = cb.head_group;
     AttentionTile tile{.block = ComputeBlockId{c},
                        .q = st.have.at({q, g, TensorKind::kQ}),
-                       .kv = st.have.at({kv, g, TensorKind::kKV}),
-                       .slices = TileSlices(batch_.masks()[cb.sequence.value],
-                                            blocks_.data_blocks[q], blocks_.data_blocks[kv])};
+                       .kv = st.have.at({kv, g, TensorKind::kKV})};
     if (pass == Pass::kForward) {
       tile.out = Accumulator(st, init_lse, {q, g, TensorKind::kO});
       tile.lse = st.accumulator.at({q, g, TensorKind::kLse});
@@ -576,7 +585,9 @@ void Compiler::Compute(State& st, DeviceId device, Pass pass, int32_t division) 
       tile.dq = Accumulator(st, init_sum, {q, g, TensorKind::kDQ});
       tile.dkv = Accumulator(st, init_sum, {kv, g, TensorKind::kDKV});
     }
-    attention.tiles.push_back(std::move(tile));
+    TileSlices(batch_.masks()[cb.sequence.value], blocks_.data_blocks[q],
+               blocks_.data_blocks[kv], &mask);
+    attention.AddTile(tile, mask);
   }
   if (!init_lse.ops.empty()) st.builder.Emit(std::move(init_lse));
   if (!init_sum.ops.empty()) st.builder.Emit(std::move(init_sum));

@@ -25,7 +25,7 @@ struct Printer {
         fmt::format_to(std::back_inserter(out), " dO {} lse {} delta {} -> dq {} dkv {}", t.d_o,
                        t.lse, t.delta, t.dq, t.dkv);
       }
-      fmt::format_to(std::back_inserter(out), ", {} slices\n", t.slices.size());
+      fmt::format_to(std::back_inserter(out), ", {} slices\n", t.n_slices);
     }
   }
   void operator()(const BlockwiseReduction& r) {

@@ -181,10 +181,10 @@ class Writer {
     DCP_CHECK(n <= kMaxCount, "a list of {} elements does not fit the format's uint32 count", n);
     Write(static_cast<uint32_t>(n));
   }
-  template <typename T, typename F>
-  void List(const std::vector<T>& list, F&& encode_one) {
+  template <typename Range, typename F>
+  void List(const Range& list, F&& encode_one) {
     Count(list.size());
-    for (const T& element : list) encode_one(element);
+    for (const auto& element : list) encode_one(element);
   }
   void Text(std::string_view text) {
     Count(text.size());
@@ -294,9 +294,9 @@ void Encode(Writer& w, const Slice& s) {
           static_cast<uint8_t>(s.hi.slope));
 }
 
-void Encode(Writer& w, const AttentionTile& t) {
+void Encode(Writer& w, const BlockwiseAttention& a, const AttentionTile& t) {
   w.Write(t.block.value, t.q, t.kv, t.out, t.lse, t.d_o, t.delta, t.dq, t.dkv);
-  w.List(t.slices, [&](const Slice& s) { Encode(w, s); });
+  w.List(a.SlicesOf(t), [&](const Slice& s) { Encode(w, s); });
 }
 
 void EncodeSlots(Writer& w, const std::vector<SlotId>& slots) {
@@ -305,7 +305,7 @@ void EncodeSlots(Writer& w, const std::vector<SlotId>& slots) {
 
 void Encode(Writer& w, const BlockwiseAttention& a) {
   w.Write(static_cast<uint8_t>(a.pass), a.division);
-  w.List(a.tiles, [&](const AttentionTile& t) { Encode(w, t); });
+  w.List(a.tiles, [&](const AttentionTile& t) { Encode(w, a, t); });
 }
 
 void Encode(Writer& w, const ReductionOp& op) {
@@ -439,23 +439,38 @@ Status CheckTileSlots(const ProgramScope& scope, Pass pass, const AttentionTile&
   return Status::Ok();
 }
 
-Status Decode(Reader& r, const ProgramScope& scope, Pass pass, AttentionTile* t) {
-  DCP_RETURN_IF_ERROR(r.Read(&t->block.value, &t->q, &t->kv, &t->out, &t->lse, &t->d_o, &t->delta,
-                             &t->dq, &t->dkv));
+// Decodes a tile and appends it to *a (its slices to a's, shared with the previous tile's when
+// they are the same); *mask is scratch.
+Status DecodeTile(Reader& r, const ProgramScope& scope, BlockwiseAttention* a,
+                  std::vector<Slice>* mask) {
+  AttentionTile t;
   DCP_RETURN_IF_ERROR(
-      CheckIndex(t->block.value, scope.plan.compute_blocks.size(), "compute block"));
-  DCP_RETURN_IF_ERROR(CheckTileSlots(scope, pass, *t));
-  const DataBlockId q_block = scope.plan.compute_blocks[t->block.value].q_block;
+      r.Read(&t.block.value, &t.q, &t.kv, &t.out, &t.lse, &t.d_o, &t.delta, &t.dq, &t.dkv));
+  DCP_RETURN_IF_ERROR(CheckIndex(t.block.value, scope.plan.compute_blocks.size(), "compute block"));
+  DCP_RETURN_IF_ERROR(CheckTileSlots(scope, a->pass, t));
+  const DataBlockId q_block = scope.plan.compute_blocks[t.block.value].q_block;
   const int64_t rows = scope.plan.blocks[q_block.value].tokens;
-  return r.List(kMinSliceBytes, "slice", &t->slices, [&](Slice* s) { return Decode(r, rows, s); });
+  DCP_RETURN_IF_ERROR(
+      r.List(kMinSliceBytes, "slice", mask, [&](Slice* s) { return Decode(r, rows, s); }));
+  DCP_RETURN_IF_ERROR(
+      Require(a->slices.size() + mask->size() <= std::numeric_limits<int32_t>::max(),
+              "more than {} slices in one attention call", std::numeric_limits<int32_t>::max()));
+  a->AddTile(t, *mask);
+  return Status::Ok();
 }
 
 Status Decode(Reader& r, const ProgramScope& scope, BlockwiseAttention* a) {
   DCP_RETURN_IF_ERROR(r.Enum(Pass::kBackward, "pass", &a->pass));
   DCP_RETURN_IF_ERROR(r.Read(&a->division));
   DCP_RETURN_IF_ERROR(AsCorrupt(internal::CheckDivision(a->division, scope.plan.n_divisions)));
-  return r.List(kMinTileBytes, "tile", &a->tiles,
-                [&](AttentionTile* t) { return Decode(r, scope, a->pass, t); });
+  uint32_t n = 0;
+  DCP_RETURN_IF_ERROR(r.Count(kMinTileBytes, "tile", &n));
+  a->tiles.reserve(n);
+  std::vector<Slice> mask;
+  for (uint32_t i = 0; i < n; ++i) {
+    DCP_RETURN_IF_ERROR(Within(DecodeTile(r, scope, a, &mask), "tile {}", i));
+  }
+  return Status::Ok();
 }
 
 Status Decode(Reader& r, const ProgramScope& scope, ReductionKind kind, ReductionOp* op) {

@@ -41,6 +41,17 @@ std::string_view ToString(ReductionKind kind) {
   return "unknown";
 }
 
+void BlockwiseAttention::AddTile(AttentionTile tile, std::span<const Slice> mask) {
+  if (!tiles.empty() && std::ranges::equal(SlicesOf(tiles.back()), mask)) {
+    tile.first_slice = tiles.back().first_slice;
+  } else {
+    tile.first_slice = static_cast<int32_t>(slices.size());
+    slices.insert(slices.end(), mask.begin(), mask.end());
+  }
+  tile.n_slices = static_cast<int32_t>(mask.size());
+  tiles.push_back(tile);
+}
+
 int64_t Program::PeakBufferBytes() const {
   int64_t total = 0;
   for (const SlotInfo& s : slots) total += s.bytes;

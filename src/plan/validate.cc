@@ -114,7 +114,7 @@ Status ExpectAccumulator(const Content& c, TensorKind kind, const std::optional<
 
 // Checks a tile's mask slices: each by the rules of plan_rules.h, and their area equal to the
 // block's.
-Status CheckSlices(const std::vector<Slice>& slices, int64_t q_tokens, int64_t kv_tokens,
+Status CheckSlices(std::span<const Slice> slices, int64_t q_tokens, int64_t kv_tokens,
                    int64_t area) {
   int64_t covered = 0;
   for (size_t i = 0; i < slices.size(); ++i) {
@@ -130,6 +130,21 @@ Status CheckSlices(const std::vector<Slice>& slices, int64_t q_tokens, int64_t k
                                                covered, covered > area ? " or more" : "", area));
   }
   return Status::Ok();
+}
+
+// Checks that a tile's range of its call's slices exists and that the slices are its mask's.
+Status CheckTileSlices(const Plan& plan, const BlockwiseAttention& attention,
+                       const AttentionTile& tile) {
+  if (tile.first_slice < 0 || tile.n_slices < 0 ||
+      static_cast<size_t>(tile.first_slice) + static_cast<size_t>(tile.n_slices) >
+          attention.slices.size()) {
+    return Status::InvalidArgument(
+        fmt::format("slices [{}, {} + {}) are not within the call's {} slices", tile.first_slice,
+                    tile.first_slice, tile.n_slices, attention.slices.size()));
+  }
+  const PlanComputeBlock& cb = plan.compute_blocks[tile.block.value];
+  return CheckSlices(attention.SlicesOf(tile), plan.blocks[cb.q_block.value].tokens,
+                     plan.blocks[cb.kv_block.value].tokens, cb.area);
 }
 
 // Pieces and their compute blocks, shared by both passes.
@@ -591,16 +606,18 @@ Status PassValidator::Execute(SymbolicDevice& dev, const BlockwiseAttention& att
     if (c < 0 || static_cast<size_t>(c) >= plan_.compute_blocks.size()) {
       return Status::InvalidArgument(fmt::format("tile {}: compute block {} does not exist", t, c));
     }
-    Status status = pass_ == Pass::kForward ? ForwardTile(dev, tile) : BackwardTile(dev, tile);
+    Status status = CheckTileSlices(plan_, attention, tile);
+    if (status.ok()) {
+      status = pass_ == Pass::kForward ? ForwardTile(dev, tile) : BackwardTile(dev, tile);
+    }
     if (!status.ok()) return status.WithContext(fmt::format("tile {} (compute block {})", t, c));
   }
   return Status::Ok();
 }
 
-// Checks what every tile checks: slices, unused slot fields, and that the block is computed once.
-Status CheckTileCommon(const Plan& plan, const AttentionTile& tile, std::vector<bool>& computed,
-                       Pass pass) {
-  const PlanComputeBlock& cb = plan.compute_blocks[tile.block.value];
+// Checks what every tile checks besides its slices: unused slot fields, and that the block is
+// computed once.
+Status CheckTileCommon(const AttentionTile& tile, std::vector<bool>& computed, Pass pass) {
   const bool forward = pass == Pass::kForward;
   using Field = std::pair<std::string_view, SlotId>;
   const Field unused_forward[] = {
@@ -614,8 +631,6 @@ Status CheckTileCommon(const Plan& plan, const AttentionTile& tile, std::vector<
                                                  ToString(pass), name, slot));
     }
   }
-  DCP_RETURN_IF_ERROR(CheckSlices(tile.slices, plan.blocks[cb.q_block.value].tokens,
-                                  plan.blocks[cb.kv_block.value].tokens, cb.area));
   if (computed[tile.block.value]) {
     return Status::InvalidArgument(
         fmt::format("compute block {} is computed a second time", tile.block.value));
@@ -646,7 +661,7 @@ Status PassValidator::ForwardTile(SymbolicDevice& dev, const AttentionTile& tile
         fmt::format("out slot {} and lse slot {} hold different compute blocks ({} and {})",
                     tile.out, tile.lse, Describe(*out), Describe(*lse)));
   }
-  DCP_RETURN_IF_ERROR(CheckTileCommon(plan_, tile, computed_, pass_));
+  DCP_RETURN_IF_ERROR(CheckTileCommon(tile, computed_, pass_));
   AddBlock(*out, qp, tile.block.value);
   AddBlock(*lse, qp, tile.block.value);
   return Status::Ok();
@@ -673,7 +688,7 @@ Status PassValidator::BackwardTile(SymbolicDevice& dev, const AttentionTile& til
   DCP_RETURN_IF_ERROR(ExpectAccumulator(*dq, TensorKind::kDQ, qp, "dq", -1, tile.dq));
   DCP_ASSIGN_OR_RETURN(Content * dkv, Modify(dev, tile.dkv, "dkv"));
   DCP_RETURN_IF_ERROR(ExpectAccumulator(*dkv, TensorKind::kDKV, kvp, "dkv", -1, tile.dkv));
-  DCP_RETURN_IF_ERROR(CheckTileCommon(plan_, tile, computed_, pass_));
+  DCP_RETURN_IF_ERROR(CheckTileCommon(tile, computed_, pass_));
   AddBlock(*dq, qp, tile.block.value);
   AddBlock(*dkv, kvp, tile.block.value);
   return Status::Ok();

@@ -249,7 +249,7 @@ class Executor::Impl {
                                   .q = slots_[tile.q],
                                   .kv = slots_[tile.kv],
                                   .shape = ShapeOf(tile),
-                                  .slices = tile.slices});
+                                  .slices = a.SlicesOf(tile)});
       }
       return kernels_.AttendForward(forward_tiles_, dtype, scale_);
     }
@@ -263,7 +263,7 @@ class Executor::Impl {
                                  .lse = Floats(tile.lse),
                                  .delta = Floats(tile.delta),
                                  .shape = ShapeOf(tile),
-                                 .slices = tile.slices});
+                                 .slices = a.SlicesOf(tile)});
     }
     return kernels_.AttendBackward(backward_tiles_, dtype, scale_);
   }

@@ -44,17 +44,26 @@ double AttentionSeconds(const Plan& plan, const BlockwiseAttention& call,
   const auto heads = static_cast<double>(HeadsPerGroup(plan));
   const double efficiency = forward ? model.forward_efficiency : model.backward_efficiency;
   double sum_s = 0, longest_cta_s = 0;
+  // Tiles that share a mask range (most full tiles of a call) and a shape do the same work.
+  const AttentionTile* costed = nullptr;
+  int64_t costed_rows = 0, costed_cols = 0;
+  TileWork work;
   for (const AttentionTile& tile : call.tiles) {
     const PlanComputeBlock& cb = plan.compute_blocks[tile.block.value];
     const int64_t rows = plan.blocks[cb.q_block.value].tokens;
     const int64_t cols = plan.blocks[cb.kv_block.value].tokens;
-    TileWork work;
-    if (tile.slices.empty()) {  // no mask given: cost the area, spread evenly over the bands
+    if (tile.n_slices == 0) {  // no mask given: cost the area, spread evenly over the bands
       work.pairs = static_cast<double>(cb.area);
       work.max_row_band = work.pairs / std::max(1.0, Ceil(rows, model.mask_tile_rows));
       work.max_col_band = work.pairs / std::max(1.0, Ceil(cols, model.mask_tile_cols));
-    } else {
-      work = TouchedWork(tile.slices, rows, cols, model.mask_tile_rows, model.mask_tile_cols);
+      costed = nullptr;
+    } else if (costed == nullptr || costed->first_slice != tile.first_slice ||
+               costed->n_slices != tile.n_slices || costed_rows != rows || costed_cols != cols) {
+      work = TouchedWork(call.SlicesOf(tile), rows, cols, model.mask_tile_rows,
+                         model.mask_tile_cols);
+      costed = &tile;
+      costed_rows = rows;
+      costed_cols = cols;
     }
     const double rate = device.peak_flops * efficiency * SideFactor(rows, model.rows_half) *
                         SideFactor(cols, model.cols_half);
@@ -85,8 +94,8 @@ Status CheckSlot(const Program& program, SlotId slot, bool optional, size_t inde
                                              what, slot, program.slots.size()));
 }
 
-Status CheckTile(const Plan& plan, const Program& program, const AttentionTile& tile,
-                 size_t index) {
+Status CheckTile(const Plan& plan, const Program& program, const BlockwiseAttention& call,
+                 const AttentionTile& tile, size_t index) {
   if (tile.block.value < 0 || static_cast<size_t>(tile.block.value) >= plan.compute_blocks.size()) {
     return Status::InvalidArgument(fmt::format("instruction {}: tile of compute block {} of {}",
                                                index, tile.block.value,
@@ -108,7 +117,19 @@ Status CheckTile(const Plan& plan, const Program& program, const AttentionTile& 
        {tile.q, tile.kv, tile.out, tile.lse, tile.d_o, tile.delta, tile.dq, tile.dkv}) {
     DCP_RETURN_IF_ERROR(CheckSlot(program, s, /*optional=*/true, index, "a tile"));
   }
-  for (const Slice& s : tile.slices) {
+  if (tile.first_slice < 0 || tile.n_slices < 0 ||
+      static_cast<size_t>(tile.first_slice) + static_cast<size_t>(tile.n_slices) >
+          call.slices.size()) {
+    return Status::InvalidArgument(
+        fmt::format("instruction {}: the slices of compute block {} are not within the call's {}",
+                    index, tile.block.value, call.slices.size()));
+  }
+  return Status::Ok();
+}
+
+// Each slice of the call once (tiles share them).
+Status CheckSlices(const BlockwiseAttention& call, size_t index) {
+  for (const Slice& s : call.slices) {
     const bool slopes_ok =
         (s.lo.slope == 0 || s.lo.slope == 1) && (s.hi.slope == 0 || s.hi.slope == 1);
     const auto base_ok = [](int64_t base) {
@@ -116,10 +137,10 @@ Status CheckTile(const Plan& plan, const Program& program, const AttentionTile& 
     };
     if (!slopes_ok || !base_ok(s.lo.base) || !base_ok(s.hi.base) || s.row_begin > s.row_end ||
         s.row_begin < -kMaxSliceBase || s.row_end > kMaxSliceBase) {
-      return Status::InvalidArgument(fmt::format(
-          "instruction {}: a slice of compute block {} has a slope other than 0 or 1, or rows or "
-          "columns out of range",
-          index, tile.block.value));
+      return Status::InvalidArgument(
+          fmt::format("instruction {}: a slice has a slope other than 0 or 1, or rows or columns "
+                      "out of range",
+                      index));
     }
   }
   return Status::Ok();
@@ -127,7 +148,7 @@ Status CheckTile(const Plan& plan, const Program& program, const AttentionTile& 
 
 }  // namespace
 
-TileWork TouchedWork(const std::vector<Slice>& slices, int64_t rows, int64_t cols,
+TileWork TouchedWork(std::span<const Slice> slices, int64_t rows, int64_t cols,
                      int64_t tile_rows, int64_t tile_cols) {
   TileWork work;
   if (rows <= 0 || cols <= 0) return work;
@@ -200,8 +221,9 @@ Status CheckInstruction(const Plan& plan, const Program& program, size_t index) 
   const Instruction& instruction = program.instructions[index];
   if (const auto* call = std::get_if<BlockwiseAttention>(&instruction)) {
     for (const AttentionTile& tile : call->tiles) {
-      DCP_RETURN_IF_ERROR(CheckTile(plan, program, tile, index));
+      DCP_RETURN_IF_ERROR(CheckTile(plan, program, *call, tile, index));
     }
+    DCP_RETURN_IF_ERROR(CheckSlices(*call, index));
   } else if (const auto* reduction = std::get_if<BlockwiseReduction>(&instruction)) {
     for (const ReductionOp& op : reduction->ops) {
       DCP_RETURN_IF_ERROR(CheckSlot(program, op.destination, false, index, "a reduction"));

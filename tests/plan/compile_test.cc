@@ -95,7 +95,7 @@ TEST(CompilePlan, TilesAllowExactlyTheMaskCellsOfTheirRectangle) {
             ++computed[tile.block.value];
             std::vector<char> cells(static_cast<size_t>(q.tokens * kv.tokens), 0);
             int64_t area = 0;
-            for (const Slice& slice : tile.slices) {
+            for (const Slice& slice : attention->SlicesOf(tile)) {
               ASSERT_TRUE(slice.row_begin >= 0 && slice.row_end <= q.tokens);
               for (int64_t i = slice.row_begin; i < slice.row_end; ++i) {
                 for (int64_t k = std::max<int64_t>(0, slice.lo.At(i));
@@ -152,6 +152,42 @@ TEST(CompilePlan, PeakBufferBytesCountedByHand) {
   EXPECT_EQ(plan->forward[0].PeakBufferBytes(), forward);
   EXPECT_EQ(plan->backward[0].PeakBufferBytes(), backward);
   EXPECT_EQ(PeakBufferBytesPerDevice(*plan), std::vector<int64_t>{backward});
+}
+
+// A plan holds its masks once per call, not once per tile: the full tiles of a causal sequence
+// (every tile left of the diagonal) are all the rectangle of the tile, and consecutive ones share
+// it. One 1024-token sequence in 8 blocks of 128 on one device: 36 tiles, 28 full; in q-block
+// order, each row's full tiles share one slice, and each row's diagonal tile has its own.
+TEST(CompilePlan, FullTilesShareOneRectangle) {
+  auto batch = Batch::Create({1024}, {MaskSpec{}},
+                             AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 8});
+  ASSERT_TRUE(batch.ok());
+  auto blocks = MakeBlocks(*batch, {.block_size = 128});
+  const Topology one{.nodes = 1, .devices_per_node = 1};
+  auto placed = PartitionBlocks(*blocks, one, {});
+  ASSERT_TRUE(blocks.ok() && placed.ok());
+  auto schedule = ScheduleDivisions(*blocks, placed->placement, one, {});
+  ASSERT_TRUE(schedule.ok());
+  auto plan = CompilePlan(*batch, *blocks, placed->placement, *schedule, one);
+  ASSERT_TRUE(plan.ok());
+  const Slice rectangle{.row_begin = 0, .row_end = 128, .lo = {0, 0}, .hi = {128, 0}};
+  int64_t tiles = 0, full = 0, slices = 0;
+  for (const Instruction& instruction : plan->forward[0].instructions) {
+    const auto* call = std::get_if<BlockwiseAttention>(&instruction);
+    if (call == nullptr) continue;
+    tiles += static_cast<int64_t>(call->tiles.size());
+    slices += static_cast<int64_t>(call->slices.size());
+    for (const AttentionTile& tile : call->tiles) {
+      const PlanComputeBlock& cb = plan->compute_blocks[tile.block.value];
+      if (cb.q_block == cb.kv_block) continue;
+      ++full;
+      EXPECT_TRUE(std::ranges::equal(call->SlicesOf(tile), std::span(&rectangle, 1)))
+          << "compute block " << tile.block.value;
+    }
+  }
+  EXPECT_EQ(tiles, 36);
+  EXPECT_EQ(full, 28);
+  EXPECT_EQ(slices, 8 + 7);  // 8 diagonal tiles, and one rectangle for each row but the first
 }
 
 TEST(CompilePlan, PlansRoundTripThroughTheBinaryFormat) {

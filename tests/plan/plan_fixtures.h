@@ -96,27 +96,35 @@ inline SlotInfo FixtureSlot(TensorKind kind, bool fp32 = false, int64_t query_he
 
 inline Piece FixturePiece(int32_t block) { return Piece{DataBlockId{block}, 0}; }
 
-inline AttentionTile ForwardTile(int32_t c, SlotId q, SlotId kv, SlotId out, SlotId lse,
-                                 std::vector<Slice> slices) {
-  return AttentionTile{.block = ComputeBlockId{c},
-                       .q = q,
-                       .kv = kv,
-                       .out = out,
-                       .lse = lse,
-                       .slices = std::move(slices)};
+// A tile with its mask, before it joins a call (Attention).
+struct MaskedTile {
+  AttentionTile tile;
+  std::vector<Slice> mask;
+};
+
+inline MaskedTile ForwardTile(int32_t c, SlotId q, SlotId kv, SlotId out, SlotId lse,
+                              std::vector<Slice> slices) {
+  return {AttentionTile{.block = ComputeBlockId{c}, .q = q, .kv = kv, .out = out, .lse = lse},
+          std::move(slices)};
 }
 
-inline AttentionTile BackwardTile(int32_t c, SlotId q, SlotId kv, SlotId lse, SlotId d_o,
-                                  SlotId delta, SlotId dq, SlotId dkv, std::vector<Slice> slices) {
-  return AttentionTile{.block = ComputeBlockId{c},
-                       .q = q,
-                       .kv = kv,
-                       .lse = lse,
-                       .d_o = d_o,
-                       .delta = delta,
-                       .dq = dq,
-                       .dkv = dkv,
-                       .slices = std::move(slices)};
+inline MaskedTile BackwardTile(int32_t c, SlotId q, SlotId kv, SlotId lse, SlotId d_o,
+                               SlotId delta, SlotId dq, SlotId dkv, std::vector<Slice> slices) {
+  return {AttentionTile{.block = ComputeBlockId{c},
+                        .q = q,
+                        .kv = kv,
+                        .lse = lse,
+                        .d_o = d_o,
+                        .delta = delta,
+                        .dq = dq,
+                        .dkv = dkv},
+          std::move(slices)};
+}
+
+inline BlockwiseAttention Attention(Pass pass, int32_t division, std::vector<MaskedTile> tiles) {
+  BlockwiseAttention call{.pass = pass, .division = division};
+  for (const MaskedTile& t : tiles) call.AddTile(t.tile, t.mask);
+  return call;
 }
 
 inline CommLaunch Launch(int32_t id, std::vector<PeerSlots> sends, std::vector<PeerSlots> recvs) {
@@ -170,13 +178,9 @@ inline std::vector<Program> TwoBlockCausalForward() {
   d0.instructions = {
       Launch(0, {}, {Peer(1, {2})}),
       BlockwiseReduction{.kind = ReductionKind::kLseMerge, .ops = {MergeOp(3, 4), MergeOp(5, 6)}},
-      BlockwiseAttention{.pass = Pass::kForward,
-                         .division = 0,
-                         .tiles = {ForwardTile(0, 0, 1, 3, 4, DiagonalSlices())}},
+      Attention(Pass::kForward, 0, {ForwardTile(0, 0, 1, 3, 4, DiagonalSlices())}),
       CommWait{.id = 0},
-      BlockwiseAttention{.pass = Pass::kForward,
-                         .division = 1,
-                         .tiles = {ForwardTile(1, 2, 1, 5, 6, FullSlices())}},
+      Attention(Pass::kForward, 1, {ForwardTile(1, 2, 1, 5, 6, FullSlices())}),
       Launch(1, {Peer(1, {5, 6})}, {}),
       BlockwiseCopy{.ops = {{3, 7}, {4, 8}}},
       CommWait{.id = 1},
@@ -191,9 +195,7 @@ inline std::vector<Program> TwoBlockCausalForward() {
   d1.instructions = {
       Launch(0, {Peer(0, {0})}, {}),
       BlockwiseReduction{.kind = ReductionKind::kLseMerge, .ops = {MergeOp(2, 3)}},
-      BlockwiseAttention{.pass = Pass::kForward,
-                         .division = 0,
-                         .tiles = {ForwardTile(2, 0, 1, 2, 3, DiagonalSlices())}},
+      Attention(Pass::kForward, 0, {ForwardTile(2, 0, 1, 2, 3, DiagonalSlices())}),
       CommWait{.id = 0},
       Launch(1, {}, {Peer(0, {4, 5})}),
       CommWait{.id = 1},
@@ -222,13 +224,9 @@ inline std::vector<Program> TwoBlockCausalBackward() {
       BlockwiseReduction{.kind = ReductionKind::kDelta, .ops = {DeltaOp(5, 2, 4)}},
       BlockwiseReduction{.kind = ReductionKind::kSum,
                          .ops = {SumOp(10), SumOp(11), SumOp(12), SumOp(13)}},
-      BlockwiseAttention{.pass = Pass::kBackward,
-                         .division = 0,
-                         .tiles = {BackwardTile(0, 0, 1, 3, 4, 5, 10, 11, DiagonalSlices())}},
+      Attention(Pass::kBackward, 0, {BackwardTile(0, 0, 1, 3, 4, 5, 10, 11, DiagonalSlices())}),
       CommWait{.id = 0},
-      BlockwiseAttention{.pass = Pass::kBackward,
-                         .division = 1,
-                         .tiles = {BackwardTile(1, 6, 1, 8, 7, 9, 12, 13, FullSlices())}},
+      Attention(Pass::kBackward, 1, {BackwardTile(1, 6, 1, 8, 7, 9, 12, 13, FullSlices())}),
       Launch(1, {Peer(1, {12})}, {}),
       BlockwiseCopy{.ops = {{10, 14}}},
       BlockwiseReduction{.kind = ReductionKind::kSum, .ops = {SumOp(15, {11, 13})}},
@@ -250,9 +248,7 @@ inline std::vector<Program> TwoBlockCausalBackward() {
       BlockwiseReduction{.kind = ReductionKind::kDelta, .ops = {DeltaOp(5, 2, 4)}},
       Launch(0, {Peer(0, {0, 4, 3, 5})}, {}),
       BlockwiseReduction{.kind = ReductionKind::kSum, .ops = {SumOp(6), SumOp(7)}},
-      BlockwiseAttention{.pass = Pass::kBackward,
-                         .division = 0,
-                         .tiles = {BackwardTile(2, 0, 1, 3, 4, 5, 6, 7, DiagonalSlices())}},
+      Attention(Pass::kBackward, 0, {BackwardTile(2, 0, 1, 3, 4, 5, 6, 7, DiagonalSlices())}),
       CommWait{.id = 0},
       Launch(1, {}, {Peer(0, {8})}),
       CommWait{.id = 1},

@@ -185,11 +185,16 @@ class PlanGenerator {
     a.pass = OneIn(rng_, 2) ? Pass::kForward : Pass::kBackward;
     a.division = Uniform32(rng_, 0, plan_.n_divisions - 1);
     const int64_t n = Uniform(rng_, 0, 4);
-    for (int64_t i = 0; i < n; ++i) a.tiles.push_back(RandomTile(a.pass));
+    std::vector<Slice> mask;
+    for (int64_t i = 0; i < n; ++i) {
+      const AttentionTile tile = RandomTile(a.pass, &mask);
+      a.AddTile(tile, mask);
+    }
     return a;
   }
 
-  AttentionTile RandomTile(Pass pass) {
+  // A tile and, in *mask, its slices.
+  AttentionTile RandomTile(Pass pass, std::vector<Slice>* mask) {
     const bool fwd = pass == Pass::kForward;
     AttentionTile t;
     t.block = ComputeBlockId{Uniform32(rng_, 0, plan_.compute_blocks.size() - 1)};
@@ -200,13 +205,14 @@ class PlanGenerator {
     for (SlotId* s : {&t.d_o, &t.delta, &t.dq, &t.dkv}) *s = fwd ? MaybeSlot() : Slot();
     const int64_t rows = plan_.blocks[plan_.compute_blocks[t.block.value].q_block.value].tokens;
     const int64_t n = Uniform(rng_, 0, 3);
+    mask->clear();
     for (int64_t i = 0; i < n; ++i) {
       Slice s;
       s.row_begin = Uniform(rng_, 0, rows);
       s.row_end = Uniform(rng_, s.row_begin, rows);
       s.lo = {RandomBase(rows), Uniform(rng_, 0, 1)};
       s.hi = {RandomBase(rows), Uniform(rng_, 0, 1)};
-      t.slices.push_back(s);
+      mask->push_back(s);
     }
     return t;
   }
@@ -300,11 +306,12 @@ Program FixtureProgram(DeviceId device, Pass pass) {
                      .d_o = fwd ? -1 : 4,
                      .delta = fwd ? -1 : 5,
                      .dq = fwd ? -1 : 6,
-                     .dkv = fwd ? -1 : 7,
-                     .slices = {Slice{0, 4, {0, 0}, {1, 1}}}};
+                     .dkv = fwd ? -1 : 7};
+  BlockwiseAttention attention{.pass = pass, .division = 1};
+  attention.AddTile(tile, std::vector<Slice>{Slice{0, 4, {0, 0}, {1, 1}}});
   const DeviceId peer{1 - device.value};
   p.instructions = {
-      BlockwiseAttention{pass, 1, {tile}},
+      attention,
       BlockwiseReduction{ReductionKind::kLseMerge, {ReductionOp{2, {2}, 3, {3}}}},
       BlockwiseCopy{{{2, 0}}},
       CommLaunch{7, {PeerSlots{peer, {0}, {64}}}, {PeerSlots{peer, {1}, {100}}}},
@@ -751,12 +758,12 @@ TEST(PlanDecode, EveryFieldCheckNamesTheValueAndWhereItIs) {
       {[](Plan& p) { std::get<BlockwiseAttention>(p.forward[0].instructions[0]).tiles[0].dq = 8; },
        "plan: forward program 0: instruction 0: attention: tile 0: dq slot 8 out of range"},
       {[](Plan& p) {
-         std::get<BlockwiseAttention>(p.forward[0].instructions[0]).tiles[0].slices[0].row_end = 5;
+         std::get<BlockwiseAttention>(p.forward[0].instructions[0]).slices[0].row_end = 5;
        },
        "plan: forward program 0: instruction 0: attention: tile 0: slice 0: rows [0, 5) are not "
        "inside the tile's 4 rows"},
       {[](Plan& p) {
-         std::get<BlockwiseAttention>(p.forward[0].instructions[0]).tiles[0].slices[0].hi.base =
+         std::get<BlockwiseAttention>(p.forward[0].instructions[0]).slices[0].hi.base =
              kMaxSliceBase + 1;
        },
        "slice 0: hi base 2147483649 is not in [-2147483648, 2147483648]"},

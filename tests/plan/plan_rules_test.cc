@@ -28,7 +28,8 @@ std::string Encode(const Plan& plan) {
 }
 
 Slice& FirstSlice(Plan& plan) {
-  return std::get<BlockwiseAttention>(plan.forward[0].instructions[2]).tiles[0].slices[0];
+  BlockwiseAttention& call = std::get<BlockwiseAttention>(plan.forward[0].instructions[2]);
+  return call.slices[call.tiles[0].first_slice];
 }
 
 struct Damage {

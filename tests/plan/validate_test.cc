@@ -238,14 +238,22 @@ TEST(ValidatePlan, RejectsAnOAndLseSourceThatAreNotOnePair) {
 TEST(ValidatePlan, RejectsSlicesOfTheWrongArea) {
   Plan plan = TwoBlockCausalPlan();
   // Rows see [0, i) instead of [0, i]: 0 + 1 + 2 + 3 = 6 pairs instead of 10.
-  Forward<BlockwiseAttention>(plan, 0, 2).tiles[0].slices[0].hi.base = 0;
+  Forward<BlockwiseAttention>(plan, 0, 2).slices[0].hi.base = 0;
   ExpectInvalid(plan, "tile 0 (compute block 0): slices cover area 6, the compute block has 10");
 }
 
 TEST(ValidatePlan, RejectsSlicesOutsideTheTile) {
   Plan plan = TwoBlockCausalPlan();
-  Forward<BlockwiseAttention>(plan, 0, 4).tiles[0].slices[0].row_end = 5;
+  Forward<BlockwiseAttention>(plan, 0, 4).slices[0].row_end = 5;
   ExpectInvalid(plan, "slice 0: rows [0, 5) are not inside the tile's 4 rows");
+}
+
+TEST(ValidatePlan, RejectsATileWhoseSlicesAreNotInItsCall) {
+  Plan plan = TwoBlockCausalPlan();
+  Forward<BlockwiseAttention>(plan, 0, 4).tiles[0].first_slice = 1;
+  ExpectInvalid(plan, "slices [1, 1 + 1) are not within the call's 1 slices");
+  Forward<BlockwiseAttention>(plan, 0, 4).tiles[0].first_slice = -1;
+  ExpectInvalid(plan, "slices [-1, -1 + 1) are not within the call's 1 slices");
 }
 
 TEST(ValidatePlan, RejectsAnAccumulatorOfAnotherPiece) {
@@ -362,7 +370,7 @@ TEST(ValidatePlan, ReturnsAnErrorForDamagedSlicesWithoutCrashing) {
   for (int field = 0; field < 6; ++field) {
     for (int64_t v : values) {
       Plan plan = TwoBlockCausalPlan();
-      Slice& s = Forward<BlockwiseAttention>(plan, 0, 2).tiles[0].slices[0];
+      Slice& s = Forward<BlockwiseAttention>(plan, 0, 2).slices[0];
       int64_t* fields[] = {&s.row_begin, &s.row_end, &s.lo.base,
                            &s.lo.slope,  &s.hi.base, &s.hi.slope};
       *fields[field] = v;

@@ -109,9 +109,9 @@ Plan OneTilePlan(int64_t rows, int64_t cols, int64_t area, int64_t heads, int64_
 }
 
 BlockwiseAttention OneTileCall(Pass pass, std::vector<Slice> slices) {
-  return BlockwiseAttention{
-      .pass = pass,
-      .tiles = {AttentionTile{.block = ComputeBlockId{0}, .slices = std::move(slices)}}};
+  BlockwiseAttention call{.pass = pass};
+  call.AddTile(AttentionTile{.block = ComputeBlockId{0}}, slices);
+  return call;
 }
 
 TEST(InstructionSeconds, AttentionIsFlopsOverPeakInTheSimpleModel) {
@@ -184,8 +184,8 @@ double ModelTflops(const char* preset, int64_t length, bool causal, Pass pass, i
     const auto block = DataBlockId{static_cast<int32_t>(s)};
     plan.compute_blocks.push_back(
         PlanComputeBlock{.q_block = block, .kv_block = block, .area = area});
-    call.tiles.push_back(AttentionTile{.block = ComputeBlockId{static_cast<int32_t>(s)},
-                                       .slices = causal ? Causal(length) : Full(length, length)});
+    call.AddTile(AttentionTile{.block = ComputeBlockId{static_cast<int32_t>(s)}},
+                 causal ? Causal(length) : Full(length, length));
   }
   const DeviceSpec device = ClusterPreset(preset)->device;
   const double seconds = InstructionSeconds(plan, plan.forward[0], call, device);

@@ -355,6 +355,19 @@ TEST(SimulatePlan, RejectsAnInvalidCluster) {
   EXPECT_NE(r.status().message().find("inter_node.bytes_per_s"), std::string::npos);
 }
 
+TEST(SimulatePlan, RejectsATileWhoseSlicesAreNotInItsCall) {
+  for (const int32_t first : {-1, 1}) {
+    Plan plan = testing::TwoBlockCausalPlan();
+    std::get<BlockwiseAttention>(plan.forward[0].instructions[2]).tiles[0].first_slice = first;
+    const Result<SimReport> r = SimulatePlan(plan, SimpleCluster(2));
+    ASSERT_FALSE(r.ok()) << first;
+    EXPECT_NE(r.status().message().find("instruction 2: the slices of compute block 0 are not "
+                                        "within the call's 1"),
+              std::string::npos)
+        << r.status().ToString();
+  }
+}
+
 TEST(SimulatePlan, ReplaysTheHandMadeCausalPlan) {
   const Plan plan = testing::TwoBlockCausalPlan();
   ASSERT_TRUE(ValidatePlan(plan).ok());
