@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "dcp/baselines.h"
@@ -221,6 +222,52 @@ TEST(ScheduleBySimulation, FindsAFasterCountThanTheCostModel) {
   const Batch batch = *Batch::Create({8192, 3000, 1000}, {MaskSpec{}}, AttentionShape{});
   const Scheduled s = CompareSchedules(batch, 512, 1, Topology{.nodes = 2, .devices_per_node = 8}, 0);
   EXPECT_LT(s.searched_s, s.model_s);
+}
+
+// The search tries a grid of counts and the neighbours of the grid's best: its choice is never
+// slower than any count of the grid (2, 4, 8, 12, 16), each compiled and simulated here, nor than
+// the grid's best count's neighbours.
+void ExpectNoGridCountFaster(const Batch& batch, int64_t block_size, int64_t head_groups,
+                             const Topology& topology) {
+  const BlockSet blocks = *MakeBlocks(batch, {.block_size = block_size, .head_groups = head_groups});
+  const Placement placement = PartitionBlocks(blocks, topology, {})->placement;
+  ClusterSpec cluster;
+  cluster.devices_per_node = topology.devices_per_node;
+  const auto seconds = [&](int32_t divisions) {
+    const Schedule schedule =
+        *ScheduleDivisions(blocks, placement, topology, {.divisions = divisions});
+    return SimulatePlan(*CompilePlan(batch, blocks, placement, schedule, topology), cluster)
+        ->total_s();
+  };
+  const Result<Schedule> searched =
+      ScheduleBySimulation(batch, blocks, placement, topology, {.divisions = 0}, cluster);
+  ASSERT_TRUE(searched.ok()) << searched.status().ToString();
+  if (searched->n_divisions == 1) return;  // nothing to hide: the search is not run
+  const double chosen = seconds(searched->n_divisions);
+  int32_t grid_best = 2;
+  for (const int32_t n : {2, 4, 8, 12, 16}) {
+    EXPECT_LE(chosen, seconds(n)) << "count " << n;
+    if (seconds(n) < seconds(grid_best)) grid_best = n;
+  }
+  for (const int32_t n : {grid_best - 1, grid_best + 1}) {
+    if (n >= 2 && n <= kMaxDivisions) {
+      EXPECT_LE(chosen, seconds(n)) << "count " << n;
+    }
+  }
+}
+
+TEST(ScheduleBySimulation, IsNeverSlowerThanTheGridOrItsBestCountsNeighbours) {
+  for (uint64_t seed = 0; seed < testing::RandomCases(12); ++seed) {
+    const RandomPlanCase c = MakeCase(seed);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << ", topology " << c.topology.ToString());
+    ExpectNoGridCountFaster(*c.MakeBatch(), c.block_size, c.head_groups, c.topology);
+  }
+  // Long sequences, where the most divisions hide the most.
+  const Topology two_nodes{.nodes = 2, .devices_per_node = 8};
+  ExpectNoGridCountFaster(*Batch::Create({8192, 3000, 1000}, {MaskSpec{}}, AttentionShape{}), 512,
+                          1, two_nodes);
+  ExpectNoGridCountFaster(*Batch::Create({65536}, {MaskSpec{}}, AttentionShape{}), 1024, 1,
+                          two_nodes);
 }
 
 // `plan` simulated with its trace on the p4de model (with the plan's devices per node).
