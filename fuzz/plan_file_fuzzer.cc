@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <span>
 #include <string>
 #include <variant>
 #include <vector>
@@ -134,8 +135,8 @@ void CollectFields(Program& p, IntFields& f) {
         for (SlotId* slot : {&t.q, &t.kv, &t.out, &t.lse, &t.d_o, &t.delta, &t.dq, &t.dkv}) {
           f.Add(slot);
         }
-        f.Add(&t.slices);
       }
+      f.Add(&a->slices);  // a tile's range is not a field: the encoder requires it inside
     } else if (auto* r = std::get_if<BlockwiseReduction>(&inst)) {
       for (ReductionOp& op : r->ops) {
         f.Add(&op.destination);
@@ -238,7 +239,17 @@ bool EditProgram(Program& p, std::mt19937_64& rng) {
   Instruction& inst = p.instructions[rng() % p.instructions.size()];
   if (auto* a = std::get_if<BlockwiseAttention>(&inst)) {
     if (a->tiles.empty() || rng() % 2 == 0) return EditList(a->tiles, rng);
-    return EditList(a->tiles[rng() % a->tiles.size()].slices, rng);
+    // One tile's mask edited: the call is rebuilt from every tile's mask, as a decoder builds it.
+    std::vector<std::vector<Slice>> masks;
+    for (const AttentionTile& t : a->tiles) {
+      const std::span<const Slice> mask = a->SlicesOf(t);
+      masks.emplace_back(mask.begin(), mask.end());
+    }
+    if (!EditList(masks[rng() % masks.size()], rng)) return false;
+    BlockwiseAttention rebuilt{.pass = a->pass, .division = a->division};
+    for (size_t i = 0; i < masks.size(); ++i) rebuilt.AddTile(a->tiles[i], masks[i]);
+    *a = std::move(rebuilt);
+    return true;
   }
   if (auto* r = std::get_if<BlockwiseReduction>(&inst)) {
     if (r->ops.empty() || rng() % 2 == 0) return EditList(r->ops, rng);

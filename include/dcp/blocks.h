@@ -72,8 +72,8 @@ struct ComputeBlock {
   DataBlockId q_block;   // the block whose queries, output and LSE this tile touches
   DataBlockId kv_block;  // the block whose keys and values this tile reads
   int64_t area = 0;      // allowed (q, k) pairs of the tile, per head
-  int64_t flops_fwd = 0;
-  int64_t flops_bwd = 0;
+  // Its FLOPs are BlockSet::FlopsFwd and FlopsBwd: a batch has millions of compute blocks, and
+  // two more fields per block were a tenth of the planner's memory.
 };
 
 struct BlockingOptions {
@@ -106,6 +106,15 @@ struct BlockSet {
   // full, below 1 for sparse masks).
   double DensityVsCausal() const;
   const DataBlock& data_block(DataBlockId id) const { return data_blocks[id.value]; }
+  // A compute block's FLOPs (the formulas at the top of this file).
+  int64_t FlopsFwd(const ComputeBlock& cb) const { return 4 * cb.area * FlopsPerPairAndPass(); }
+  int64_t FlopsBwd(const ComputeBlock& cb) const { return 10 * cb.area * FlopsPerPairAndPass(); }
+
+ private:
+  // head_dim x the query heads of one head group (1 group when head_groups is not set yet).
+  int64_t FlopsPerPairAndPass() const {
+    return shape.head_dim * (shape.heads / (head_groups > 0 ? head_groups : 1));
+  }
 };
 
 // Cuts the batch into blocks. Returns InvalidArgument for invalid options or when head_groups does

@@ -36,7 +36,8 @@ struct Tolerances {
 // How the number of divisions is chosen when PlanOptions::divisions is 0.
 enum class DivisionChoice : uint8_t {
   kCostModel = 0,  // the scheduler's quick cost model, sized for `cluster` (fast)
-  kSimulate = 1,   // compile and simulate every count on `cluster`, keep the fastest (slower)
+  kSimulate = 1,   // compile and simulate counts on `cluster` (ScheduleBySimulation), keep the
+                   // fastest (slower)
 };
 
 // What the planner tunes when PlanOptions leaves a value open. Every (block size, tolerances)

@@ -128,7 +128,6 @@ void MakeBlocksAndPlacement(const Layout& layout, const Batch& batch, BaselinePl
   set.head_groups = layout.heads;
   set.shape = batch.shape();
   const DataBlockBytes per_token = BytesPerToken(set.shape);
-  const int64_t heads_per_group = set.shape.heads / layout.heads;
   const int64_t pieces = int64_t{layout.chunks} * layout.heads;
   std::vector<int32_t> position;  // per data block: its chunk's ring position
   int64_t batch_token = 0;
@@ -171,14 +170,12 @@ void MakeBlocksAndPlacement(const Layout& layout, const Batch& batch, BaselinePl
                            .head_group = g,
                            .q_block = DataBlockId{q},
                            .kv_block = DataBlockId{kv},
-                           .area = area,
-                           .flops_fwd = 4 * area * set.shape.head_dim * heads_per_group,
-                           .flops_bwd = 10 * area * set.shape.head_dim * heads_per_group});
+                           .area = area});
           out->placement.compute_device.push_back(DeviceId{layout.Device(position[q], g)});
           out->schedule.compute_division.push_back(layout.FirstRingDivision() +
                                                    layout.Step(position[q], position[kv]));
-          set.flops_fwd += set.compute_blocks.back().flops_fwd;
-          set.flops_bwd += set.compute_blocks.back().flops_bwd;
+          set.flops_fwd += set.FlopsFwd(set.compute_blocks.back());
+          set.flops_bwd += set.FlopsBwd(set.compute_blocks.back());
         }
       }
     }

@@ -43,7 +43,7 @@ struct Unit {
 std::vector<Unit> MakeUnits(const Batch& batch, const BlockSet& set) {
   std::vector<int64_t> row_compute(set.data_blocks.size(), 0);
   for (const ComputeBlock& c : set.compute_blocks) {
-    row_compute[c.q_block.value] += c.flops_fwd + c.flops_bwd;
+    row_compute[c.q_block.value] += set.FlopsFwd(c) + set.FlopsBwd(c);
   }
   std::vector<Unit> units;
   const auto add = [&](std::vector<int32_t> blocks) {

@@ -27,11 +27,9 @@ void AddTiles(const Batch& batch, BlockSet* set) {
                                                    .head_group = 0,
                                                    .q_block = DataBlockId{q},
                                                    .kv_block = DataBlockId{kv},
-                                                   .area = area,
-                                                   .flops_fwd = area * fwd_per_pair,
-                                                   .flops_bwd = area * bwd_per_pair});
-        set->flops_fwd += set->compute_blocks.back().flops_fwd;
-        set->flops_bwd += set->compute_blocks.back().flops_bwd;
+                                                   .area = area});
+        set->flops_fwd += area * fwd_per_pair;
+        set->flops_bwd += area * bwd_per_pair;
       }
     }
   }

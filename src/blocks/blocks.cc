@@ -55,13 +55,9 @@ int64_t TileBound(const Mask& mask, int64_t block_size) {
 // Appends the compute blocks of one sequence. Areas are computed once per tile and shared by the
 // head groups.
 void AddComputeBlocks(const Mask& mask, SequenceId sequence, int32_t first_block,
-                      int64_t block_size, const BlockingOptions& options,
-                      const AttentionShape& shape, BlockSet* set) {
+                      int64_t block_size, const BlockingOptions& options, BlockSet* set) {
   const int64_t length = mask.length();
   const int64_t n_blocks = (length + block_size - 1) / block_size;
-  const int64_t heads_per_group = shape.heads / options.head_groups;
-  const int64_t fwd_per_pair = 4 * shape.head_dim * heads_per_group;
-  const int64_t bwd_per_pair = 10 * shape.head_dim * heads_per_group;
   std::vector<const Slice*> slices;
   std::vector<std::pair<int64_t, int64_t>> ranges;
 
@@ -89,8 +85,6 @@ void AddComputeBlocks(const Mask& mask, SequenceId sequence, int32_t first_block
           .q_block = DataBlockId{first_block + static_cast<int32_t>(t.q)},
           .kv_block = DataBlockId{first_block + static_cast<int32_t>(t.kv)},
           .area = t.area,
-          .flops_fwd = t.area * fwd_per_pair,
-          .flops_bwd = t.area * bwd_per_pair,
       });
     }
   }
@@ -184,13 +178,12 @@ Result<BlockSet> MakeBlocks(const Batch& batch, const BlockingOptions& options) 
       });
     }
     batch_token += len;
-    AddComputeBlocks(batch.masks()[s], sequence, first_block, options.block_size, options, shape,
-                     &set);
+    AddComputeBlocks(batch.masks()[s], sequence, first_block, options.block_size, options, &set);
   }
   set.sequence_first_block.push_back(static_cast<int32_t>(set.data_blocks.size()));
   for (const ComputeBlock& c : set.compute_blocks) {
-    set.flops_fwd += c.flops_fwd;
-    set.flops_bwd += c.flops_bwd;
+    set.flops_fwd += set.FlopsFwd(c);
+    set.flops_bwd += set.FlopsBwd(c);
   }
   return set;
 }

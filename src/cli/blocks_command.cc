@@ -24,8 +24,8 @@ std::vector<SequenceSummary> Summarize(const BlockSet& set, size_t n_sequences) 
   for (const ComputeBlock& c : set.compute_blocks) {
     SequenceSummary& r = rows[c.sequence.value];
     r.compute_blocks++;
-    r.flops_fwd += c.flops_fwd;
-    r.flops_bwd += c.flops_bwd;
+    r.flops_fwd += set.FlopsFwd(c);
+    r.flops_bwd += set.FlopsBwd(c);
   }
   return rows;
 }

@@ -29,7 +29,8 @@ double ComputeImbalance(const BlockSet& blocks, const Placement& placement, int3
   double total = 0;
   for (size_t c = 0; c < blocks.compute_blocks.size(); ++c) {
     const ComputeBlock& cb = blocks.compute_blocks[c];
-    const auto flops = static_cast<double>(pass == Pass::kForward ? cb.flops_fwd : cb.flops_bwd);
+    const auto flops =
+        static_cast<double>(pass == Pass::kForward ? blocks.FlopsFwd(cb) : blocks.FlopsBwd(cb));
     load[placement.compute_device[c].value] += flops;
     total += flops;
   }

@@ -15,7 +15,7 @@ namespace dcp::cli {
 void AddPlannerOptions(CLI::App& app, PlannerArgs& args) {
   app.add_option("--divisions", args.divisions,
                  "Divisions per pass: a number, 'auto' (the scheduler's cost model, for each "
-                 "candidate) or 'search' (compile and simulate every count on --cluster)")
+                 "candidate) or 'search' (compile and simulate counts 2-16 on --cluster)")
       ->capture_default_str();
   app.add_option("--cluster", args.cluster,
                  "Cluster model the plan is tuned for: p4de | h100 | FILE.json "

@@ -27,7 +27,8 @@ Hypergraph BuildHypergraph(const BlockSet& blocks, TrafficModel traffic) {
   g.memory_weight.assign(n, 0);
   for (int32_t c = 0; c < g.n_compute; ++c) {
     g.compute_weight[c] =
-        blocks.compute_blocks[c].flops_fwd + (backward ? blocks.compute_blocks[c].flops_bwd : 0);
+        blocks.FlopsFwd(blocks.compute_blocks[c]) +
+        (backward ? blocks.FlopsBwd(blocks.compute_blocks[c]) : 0);
   }
   for (int32_t d = 0; d < g.n_data; ++d) {
     const DataBlockBytes& bytes = blocks.data_blocks[d].bytes;

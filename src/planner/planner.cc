@@ -367,7 +367,7 @@ Status NoCandidate(const std::vector<Tried>& tried, const PlanOptions& options) 
       fmt::format("candidate {}", tried.front().outcome.name));
 }
 
-// The best plan of dcp's own, its division count searched by simulating every count
+// The best plan of dcp's own, its division count searched by simulation
 // (DivisionChoice::kSimulate) when the candidates used the quick cost model: one candidate's
 // search instead of every candidate's. Kept when faster and no worse spread beyond the bound.
 void RefineDivisions(const Batch& batch, const PlanOptions& own, const PlanOptions& options,

@@ -168,7 +168,9 @@ TEST(PlanBaseline, ZigzagPairsChunksAndBalancesCausalWork) {
   std::vector<int64_t> flops(4, 0);
   for (size_t c = 0; c < planned->blocks.compute_blocks.size(); ++c) {
     const ComputeBlock& cb = planned->blocks.compute_blocks[c];
-    if (cb.sequence.value == 0) flops[planned->placement.compute_device[c].value] += cb.flops_fwd;
+    if (cb.sequence.value == 0) {
+      flops[planned->placement.compute_device[c].value] += planned->blocks.FlopsFwd(cb);
+    }
   }
   for (int64_t f : flops) EXPECT_EQ(f, flops[0]);
 }

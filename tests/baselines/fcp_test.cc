@@ -33,7 +33,8 @@ std::vector<int64_t> DeviceCompute(const BaselinePlan& planned, int32_t devices)
   std::vector<int64_t> load(devices, 0);
   for (size_t c = 0; c < planned.blocks.compute_blocks.size(); ++c) {
     const ComputeBlock& cb = planned.blocks.compute_blocks[c];
-    load[planned.placement.compute_device[c].value] += cb.flops_fwd + cb.flops_bwd;
+    load[planned.placement.compute_device[c].value] +=
+        planned.blocks.FlopsFwd(cb) + planned.blocks.FlopsBwd(cb);
   }
   return load;
 }
@@ -97,7 +98,7 @@ TEST(Fcp, GreedyEndsWithinTheLargestUnitOfTheMeanOnRandomBatches) {
 
     std::vector<int64_t> row_compute(set.data_blocks.size(), 0);
     for (const ComputeBlock& c : set.compute_blocks) {
-      row_compute[c.q_block.value] += c.flops_fwd + c.flops_bwd;
+      row_compute[c.q_block.value] += set.FlopsFwd(c) + set.FlopsBwd(c);
     }
     int64_t largest = 0;
     for (const std::vector<int32_t>& unit : ExpectedUnits(batch, set)) {

@@ -158,8 +158,8 @@ void ExpectMatchesDenseReference(const Batch& batch, const BlockingOptions& opti
     EXPECT_EQ(set.data_block(b.q_block).sequence, b.sequence) << where();
     EXPECT_EQ(set.data_block(b.kv_block).sequence, b.sequence) << where();
     EXPECT_GT(b.area, 0) << where();
-    EXPECT_EQ(b.flops_fwd, 4 * b.area * shape.head_dim * heads_per_group) << where();
-    EXPECT_EQ(2 * b.flops_bwd, 5 * b.flops_fwd) << where() << ": backward is not 2.5x forward";
+    EXPECT_EQ(set.FlopsFwd(b), 4 * b.area * shape.head_dim * heads_per_group) << where();
+    EXPECT_EQ(2 * set.FlopsBwd(b), 5 * set.FlopsFwd(b)) << where() << ": backward is not 2.5x";
     const auto it = expected.find(key);
     if (it == expected.end()) {
       ADD_FAILURE() << where() << " covers an empty tile";
@@ -182,8 +182,8 @@ void ExpectMatchesDenseReference(const Batch& batch, const BlockingOptions& opti
     causal_area += len * (len + 1) / 2;
   }
   for (const ComputeBlock& b : set.compute_blocks) {
-    flops_fwd += b.flops_fwd;
-    flops_bwd += b.flops_bwd;
+    flops_fwd += set.FlopsFwd(b);
+    flops_bwd += set.FlopsBwd(b);
   }
   EXPECT_EQ(set.mask_area, dense_area);
   EXPECT_EQ(set.causal_area, causal_area);
@@ -432,8 +432,8 @@ TEST(MakeBlocks, CutsACausalSequenceOfThreeTokensIntoThreeTiles) {
     EXPECT_EQ(set->compute_blocks[c].q_block.value, expected[c][0]);
     EXPECT_EQ(set->compute_blocks[c].kv_block.value, expected[c][1]);
     EXPECT_EQ(set->compute_blocks[c].area, expected[c][2]);
-    EXPECT_EQ(set->compute_blocks[c].flops_fwd, 4 * expected[c][2] * 4 * 2);
-    EXPECT_EQ(set->compute_blocks[c].flops_bwd, 10 * expected[c][2] * 4 * 2);
+    EXPECT_EQ(set->FlopsFwd(set->compute_blocks[c]), 4 * expected[c][2] * 4 * 2);
+    EXPECT_EQ(set->FlopsBwd(set->compute_blocks[c]), 10 * expected[c][2] * 4 * 2);
   }
   EXPECT_EQ(set->mask_area, 6);
   EXPECT_EQ(set->flops_fwd, 4 * 6 * 4 * 2);
@@ -466,7 +466,7 @@ TEST(MakeBlocks, SplitsEveryTileIntoOneComputeBlockPerHeadGroup) {
   // Same total work, split four ways.
   EXPECT_EQ(four->flops_fwd, one->flops_fwd);
   EXPECT_EQ(four->flops_bwd, one->flops_bwd);
-  EXPECT_EQ(four->compute_blocks[0].flops_fwd * 4, one->compute_blocks[0].flops_fwd);
+  EXPECT_EQ(four->FlopsFwd(four->compute_blocks[0]) * 4, one->FlopsFwd(one->compute_blocks[0]));
 }
 
 TEST(MakeBlocks, SizesDataBlocksFromTheShape) {

@@ -106,7 +106,7 @@ TEST(EvaluatePlacement, Km1EqualsBytesCountedFromTheBlocks) {
     std::vector<int64_t> flops(topology.devices(), 0), bytes(topology.devices(), 0);
     for (size_t c = 0; c < set.compute_blocks.size(); ++c) {
       flops[p.compute_device[c].value] +=
-          set.compute_blocks[c].flops_fwd + set.compute_blocks[c].flops_bwd;
+          set.FlopsFwd(set.compute_blocks[c]) + set.FlopsBwd(set.compute_blocks[c]);
     }
     for (size_t d = 0; d < set.data_blocks.size(); ++d) {
       bytes[p.data_device[d].value] += set.data_blocks[d].bytes.Total();
@@ -235,7 +235,8 @@ TEST(Hmetis, BodyListsEveryNetAndWeightOfTheBlocks) {
   for (int64_t v = 0; v < n_compute + n_data; ++v) {
     ASSERT_TRUE(std::getline(in, line)) << "vertex " << v + 1 << " has no weight line";
     const int64_t want =
-        v < n_compute ? scaled(set.compute_blocks[v].flops_fwd + set.compute_blocks[v].flops_bwd,
+        v < n_compute ? scaled(set.FlopsFwd(set.compute_blocks[v]) +
+                                   set.FlopsBwd(set.compute_blocks[v]),
                                scale.compute)
                       : scaled(set.data_blocks[v - n_compute].bytes.Total(), scale.memory);
     EXPECT_EQ(std::stoll(line), want) << "vertex " << v + 1;

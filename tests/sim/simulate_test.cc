@@ -405,8 +405,8 @@ TEST(SimulatePlan, IdealTimeIsTheBatchFlopsAtTheBestTileRateOnEveryDevice) {
   ASSERT_TRUE(blocks.ok());
   double forward = 0, backward = 0;
   for (const ComputeBlock& c : blocks->compute_blocks) {
-    forward += static_cast<double>(c.flops_fwd);
-    backward += static_cast<double>(c.flops_bwd);
+    forward += static_cast<double>(blocks->FlopsFwd(c));
+    backward += static_cast<double>(blocks->FlopsBwd(c));
   }
   const double side = 4096.0 / (4096.0 + 105.0);
   const double rate = 312e12 * side * side * 4;
