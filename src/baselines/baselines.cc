@@ -165,12 +165,11 @@ void MakeBlocksAndPlacement(const Layout& layout, const Batch& batch, BaselinePl
           const int64_t area = mask.Area(qb.token_begin, qb.token_begin + qb.tokens,
                                          kb.token_begin, kb.token_begin + kb.tokens);
           if (area == 0) continue;
-          set.compute_blocks.push_back(
-              ComputeBlock{.sequence = qb.sequence,
-                           .head_group = g,
-                           .q_block = DataBlockId{q},
-                           .kv_block = DataBlockId{kv},
-                           .area = area});
+          set.compute_blocks.push_back(ComputeBlock{.sequence = qb.sequence,
+                                                    .head_group = g,
+                                                    .q_block = DataBlockId{q},
+                                                    .kv_block = DataBlockId{kv},
+                                                    .area = area});
           out->placement.compute_device.push_back(DeviceId{layout.Device(position[q], g)});
           out->schedule.compute_division.push_back(layout.FirstRingDivision() +
                                                    layout.Step(position[q], position[kv]));

@@ -26,9 +26,8 @@ Hypergraph BuildHypergraph(const BlockSet& blocks, TrafficModel traffic) {
   g.compute_weight.assign(n, 0);
   g.memory_weight.assign(n, 0);
   for (int32_t c = 0; c < g.n_compute; ++c) {
-    g.compute_weight[c] =
-        blocks.FlopsFwd(blocks.compute_blocks[c]) +
-        (backward ? blocks.FlopsBwd(blocks.compute_blocks[c]) : 0);
+    g.compute_weight[c] = blocks.FlopsFwd(blocks.compute_blocks[c]) +
+                          (backward ? blocks.FlopsBwd(blocks.compute_blocks[c]) : 0);
   }
   for (int32_t d = 0; d < g.n_data; ++d) {
     const DataBlockBytes& bytes = blocks.data_blocks[d].bytes;

@@ -87,7 +87,8 @@ class SlotTypes {
 // The mask of a tile in tile coordinates, into *out. A slice that allows every column of the tile
 // on its rows becomes the rectangle of those rows, so that the many full tiles of a sequence
 // have the same mask and share it (BlockwiseAttention::AddTile).
-void TileSlices(const Mask& mask, const DataBlock& q, const DataBlock& kv, std::vector<Slice>* out) {
+void TileSlices(const Mask& mask, const DataBlock& q, const DataBlock& kv,
+                std::vector<Slice>* out) {
   out->clear();
   const int64_t q0 = q.token_begin, k0 = kv.token_begin;
   for (const Slice& s : mask.slices()) {
@@ -585,8 +586,8 @@ void Compiler::Compute(State& st, DeviceId device, Pass pass, int32_t division) 
       tile.dq = Accumulator(st, init_sum, {q, g, TensorKind::kDQ});
       tile.dkv = Accumulator(st, init_sum, {kv, g, TensorKind::kDKV});
     }
-    TileSlices(batch_.masks()[cb.sequence.value], blocks_.data_blocks[q],
-               blocks_.data_blocks[kv], &mask);
+    TileSlices(batch_.masks()[cb.sequence.value], blocks_.data_blocks[q], blocks_.data_blocks[kv],
+               &mask);
     attention.AddTile(tile, mask);
   }
   if (!init_lse.ops.empty()) st.builder.Emit(std::move(init_lse));

@@ -332,7 +332,8 @@ class DivisionScheduler {
   }
   double Seconds(int32_t c) const { return static_cast<double>(Flops(c)) / options_.device_flops; }
   int64_t Flops(int32_t c) const {
-    return blocks_.FlopsFwd(blocks_.compute_blocks[c]) + blocks_.FlopsBwd(blocks_.compute_blocks[c]);
+    return blocks_.FlopsFwd(blocks_.compute_blocks[c]) +
+           blocks_.FlopsBwd(blocks_.compute_blocks[c]);
   }
 
   size_t PieceIndex(const PieceSide& p) const {

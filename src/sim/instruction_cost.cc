@@ -59,8 +59,8 @@ double AttentionSeconds(const Plan& plan, const BlockwiseAttention& call,
       costed = nullptr;
     } else if (costed == nullptr || costed->first_slice != tile.first_slice ||
                costed->n_slices != tile.n_slices || costed_rows != rows || costed_cols != cols) {
-      work = TouchedWork(call.SlicesOf(tile), rows, cols, model.mask_tile_rows,
-                         model.mask_tile_cols);
+      work =
+          TouchedWork(call.SlicesOf(tile), rows, cols, model.mask_tile_rows, model.mask_tile_cols);
       costed = &tile;
       costed_rows = rows;
       costed_cols = cols;
@@ -148,8 +148,8 @@ Status CheckSlices(const BlockwiseAttention& call, size_t index) {
 
 }  // namespace
 
-TileWork TouchedWork(std::span<const Slice> slices, int64_t rows, int64_t cols,
-                     int64_t tile_rows, int64_t tile_cols) {
+TileWork TouchedWork(std::span<const Slice> slices, int64_t rows, int64_t cols, int64_t tile_rows,
+                     int64_t tile_cols) {
   TileWork work;
   if (rows <= 0 || cols <= 0) return work;
   // The rows of each slice, inside the tile, whose clipped column interval is not empty:

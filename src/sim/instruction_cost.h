@@ -19,8 +19,8 @@ struct TileWork {
 };
 
 // REQUIRES: the slices passed CheckInstruction (slopes 0 or 1, bases in range).
-TileWork TouchedWork(std::span<const Slice> slices, int64_t rows, int64_t cols,
-                     int64_t tile_rows, int64_t tile_cols);
+TileWork TouchedWork(std::span<const Slice> slices, int64_t rows, int64_t cols, int64_t tile_rows,
+                     int64_t tile_cols);
 
 // Attention FLOPs of a call as blocks.h counts them (mask area, forward 4 and backward 10 FLOPs per
 // pair and head dimension).

@@ -40,7 +40,8 @@ Result<Schedule> ScheduleBySimulation(const Batch& batch, const BlockSet& blocks
   // polish it (within 1% of trying every count on the batches measured, at half the replays).
   std::vector<int32_t> counts = {chosen.n_divisions};
   const auto add = [&](int32_t n) {
-    if (n >= 2 && n <= kMaxDivisions && std::find(counts.begin(), counts.end(), n) == counts.end()) {
+    if (n >= 2 && n <= kMaxDivisions &&
+        std::find(counts.begin(), counts.end(), n) == counts.end()) {
       counts.push_back(n);
     }
   };
@@ -52,20 +53,20 @@ Result<Schedule> ScheduleBySimulation(const Batch& batch, const BlockSet& blocks
   const auto replay_new = [&]() -> Result<size_t> {
     const size_t first = tried.size();
     tried.resize(counts.size());
-    internal::ParallelFor(static_cast<int32_t>(counts.size() - first), options.threads,
-                          [&](int32_t k) {
-                            const size_t i = first + k;
-                            Result<Schedule> schedule = chosen;
-                            if (i > 0) {
-                              ScheduleOptions fixed = options;
-                              fixed.divisions = counts[i];
-                              fixed.threads = 1;
-                              schedule = ScheduleDivisions(blocks, placement, topology, fixed);
-                            }
-                            tried[i] = schedule.ok() ? Replay(batch, blocks, placement, topology,
-                                                              *std::move(schedule), cluster)
-                                                     : Result<Tried>(schedule.status());
-                          });
+    internal::ParallelFor(
+        static_cast<int32_t>(counts.size() - first), options.threads, [&](int32_t k) {
+          const size_t i = first + k;
+          Result<Schedule> schedule = chosen;
+          if (i > 0) {
+            ScheduleOptions fixed = options;
+            fixed.divisions = counts[i];
+            fixed.threads = 1;
+            schedule = ScheduleDivisions(blocks, placement, topology, fixed);
+          }
+          tried[i] = schedule.ok()
+                         ? Replay(batch, blocks, placement, topology, *std::move(schedule), cluster)
+                         : Result<Tried>(schedule.status());
+        });
     size_t best = 0;
     for (size_t i = 0; i < tried.size(); ++i) {
       DCP_RETURN_IF_ERROR(tried[i]->status());

@@ -235,10 +235,10 @@ TEST(Hmetis, BodyListsEveryNetAndWeightOfTheBlocks) {
   for (int64_t v = 0; v < n_compute + n_data; ++v) {
     ASSERT_TRUE(std::getline(in, line)) << "vertex " << v + 1 << " has no weight line";
     const int64_t want =
-        v < n_compute ? scaled(set.FlopsFwd(set.compute_blocks[v]) +
-                                   set.FlopsBwd(set.compute_blocks[v]),
-                               scale.compute)
-                      : scaled(set.data_blocks[v - n_compute].bytes.Total(), scale.memory);
+        v < n_compute
+            ? scaled(set.FlopsFwd(set.compute_blocks[v]) + set.FlopsBwd(set.compute_blocks[v]),
+                     scale.compute)
+            : scaled(set.data_blocks[v - n_compute].bytes.Total(), scale.memory);
     EXPECT_EQ(std::stoll(line), want) << "vertex " << v + 1;
   }
   EXPECT_FALSE(std::getline(in, line)) << "after the last vertex: '" << line << "'";

@@ -159,8 +159,8 @@ TEST(CompilePlan, PeakBufferBytesCountedByHand) {
 // it. One 1024-token sequence in 8 blocks of 128 on one device: 36 tiles, 28 full; in q-block
 // order, each row's full tiles share one slice, and each row's diagonal tile has its own.
 TEST(CompilePlan, FullTilesShareOneRectangle) {
-  auto batch = Batch::Create({1024}, {MaskSpec{}},
-                             AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 8});
+  auto batch =
+      Batch::Create({1024}, {MaskSpec{}}, AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 8});
   ASSERT_TRUE(batch.ok());
   auto blocks = MakeBlocks(*batch, {.block_size = 128});
   const Topology one{.nodes = 1, .devices_per_node = 1};

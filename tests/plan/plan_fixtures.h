@@ -108,8 +108,8 @@ inline MaskedTile ForwardTile(int32_t c, SlotId q, SlotId kv, SlotId out, SlotId
           std::move(slices)};
 }
 
-inline MaskedTile BackwardTile(int32_t c, SlotId q, SlotId kv, SlotId lse, SlotId d_o,
-                               SlotId delta, SlotId dq, SlotId dkv, std::vector<Slice> slices) {
+inline MaskedTile BackwardTile(int32_t c, SlotId q, SlotId kv, SlotId lse, SlotId d_o, SlotId delta,
+                               SlotId dq, SlotId dkv, std::vector<Slice> slices) {
   return {AttentionTile{.block = ComputeBlockId{c},
                         .q = q,
                         .kv = kv,

@@ -687,7 +687,8 @@ TEST(PlanDecode, EveryFieldCheckNamesTheValueAndWhereItIs) {
     std::string message;
   } cases[] = {
       {[](Plan& p) { p.topology.nodes = 0; },
-       "plan: topology: topology 0x2 must have at least 1 node, 1 device per node and at most 65536 "
+       "plan: topology: topology 0x2 must have at least 1 node, 1 device per node and at most "
+       "65536 "
        "devices"},
       {[](Plan& p) {
          p.topology = {70000, 1};

@@ -164,7 +164,7 @@ inline void AddSlots(Program& program, const std::vector<TensorKind>& kinds, boo
 // A backward tile computed by the owner of its rows: q, lse, d_o and delta are slots 6g + 0, 3, 4
 // and 5 (see the file comment).
 inline MaskedTile OwnedRowsTile(int32_t c, SlotId kv, SlotId dq, SlotId dkv,
-                                   std::vector<Slice> slices) {
+                                std::vector<Slice> slices) {
   const SlotId base = 6 * (c / kTwoNodeTiles);
   return BackwardTile(c, base, kv, base + 3, base + 4, base + 5, dq, dkv, std::move(slices));
 }
@@ -186,8 +186,9 @@ inline std::vector<Program> TwoNodeForward() {
   d0.instructions = {
       Launch(0, {Peer(2, {1, 3})}, {}),
       BlockwiseReduction{.kind = ReductionKind::kLseMerge, .ops = {MergeOp(4, 5), MergeOp(6, 7)}},
-      Attention(Pass::kForward, 0, {ForwardTile(0, 0, 1, 4, 5, DiagonalSlices()),
-                                   ForwardTile(6, 2, 3, 6, 7, DiagonalSlices())}),
+      Attention(Pass::kForward, 0,
+                {ForwardTile(0, 0, 1, 4, 5, DiagonalSlices()),
+                 ForwardTile(6, 2, 3, 6, 7, DiagonalSlices())}),
       CommWait{.id = 0},
       BlockwiseCopy{.ops = {{4, 8}, {5, 9}, {6, 10}, {7, 11}}},
   };
@@ -202,12 +203,14 @@ inline std::vector<Program> TwoNodeForward() {
   d2.instructions = {
       Launch(0, {Peer(3, {1, 3})}, {Peer(0, {4, 5})}),
       BlockwiseReduction{.kind = ReductionKind::kLseMerge, .ops = {MergeOp(6, 7), MergeOp(8, 9)}},
-      Attention(Pass::kForward, 0, {ForwardTile(2, 0, 1, 6, 7, DiagonalSlices()),
-                                   ForwardTile(8, 2, 3, 8, 9, DiagonalSlices())}),
+      Attention(Pass::kForward, 0,
+                {ForwardTile(2, 0, 1, 6, 7, DiagonalSlices()),
+                 ForwardTile(8, 2, 3, 8, 9, DiagonalSlices())}),
       CommWait{.id = 0},
       Launch(1, {Peer(3, {4, 5})}, {}),
-      Attention(Pass::kForward, 1, {ForwardTile(1, 0, 4, 6, 7, FullSlices()),
-                                   ForwardTile(7, 2, 5, 8, 9, FullSlices())}),
+      Attention(
+          Pass::kForward, 1,
+          {ForwardTile(1, 0, 4, 6, 7, FullSlices()), ForwardTile(7, 2, 5, 8, 9, FullSlices())}),
       CommWait{.id = 1},
       BlockwiseCopy{.ops = {{6, 10}, {7, 11}, {8, 12}, {9, 13}}},
   };
@@ -220,15 +223,18 @@ inline std::vector<Program> TwoNodeForward() {
   d3.instructions = {
       Launch(0, {}, {Peer(2, {4, 5})}),
       BlockwiseReduction{.kind = ReductionKind::kLseMerge, .ops = {MergeOp(8, 9), MergeOp(10, 11)}},
-      Attention(Pass::kForward, 0, {ForwardTile(5, 0, 1, 8, 9, DiagonalSlices()),
-                                   ForwardTile(11, 2, 3, 10, 11, DiagonalSlices())}),
+      Attention(Pass::kForward, 0,
+                {ForwardTile(5, 0, 1, 8, 9, DiagonalSlices()),
+                 ForwardTile(11, 2, 3, 10, 11, DiagonalSlices())}),
       CommWait{.id = 0},
       Launch(1, {}, {Peer(2, {6, 7})}),
-      Attention(Pass::kForward, 1, {ForwardTile(4, 0, 4, 8, 9, FullSlices()),
-                                   ForwardTile(10, 2, 5, 10, 11, FullSlices())}),
+      Attention(
+          Pass::kForward, 1,
+          {ForwardTile(4, 0, 4, 8, 9, FullSlices()), ForwardTile(10, 2, 5, 10, 11, FullSlices())}),
       CommWait{.id = 1},
-      Attention(Pass::kForward, 2, {ForwardTile(3, 0, 6, 8, 9, FullSlices()),
-                                   ForwardTile(9, 2, 7, 10, 11, FullSlices())}),
+      Attention(
+          Pass::kForward, 2,
+          {ForwardTile(3, 0, 6, 8, 9, FullSlices()), ForwardTile(9, 2, 7, 10, 11, FullSlices())}),
       BlockwiseCopy{.ops = {{8, 12}, {9, 13}, {10, 14}, {11, 15}}},
   };
   return WithWholeSlotsMoving({d0, d1, d2, d3});
@@ -247,8 +253,9 @@ inline std::vector<Program> TwoNodeBackward() {
       OwnedDeltas(),
       BlockwiseReduction{.kind = ReductionKind::kSum,
                          .ops = {SumOp(12), SumOp(13), SumOp(14), SumOp(15)}},
-      Attention(Pass::kBackward, 0, {OwnedRowsTile(0, 1, 12, 13, DiagonalSlices()),
-                                   OwnedRowsTile(6, 7, 14, 15, DiagonalSlices())}),
+      Attention(Pass::kBackward, 0,
+                {OwnedRowsTile(0, 1, 12, 13, DiagonalSlices()),
+                 OwnedRowsTile(6, 7, 14, 15, DiagonalSlices())}),
       CommWait{.id = 0},
       Launch(3, {}, {Peer(3, {16, 17})}),
       BlockwiseCopy{.ops = {{12, 18}, {14, 20}}},
@@ -270,12 +277,14 @@ inline std::vector<Program> TwoNodeBackward() {
       OwnedDeltas(),
       BlockwiseReduction{.kind = ReductionKind::kSum,
                          .ops = {SumOp(14), SumOp(15), SumOp(16), SumOp(17), SumOp(18), SumOp(19)}},
-      Attention(Pass::kBackward, 0, {OwnedRowsTile(2, 1, 14, 15, DiagonalSlices()),
-                                   OwnedRowsTile(8, 7, 17, 18, DiagonalSlices())}),
+      Attention(Pass::kBackward, 0,
+                {OwnedRowsTile(2, 1, 14, 15, DiagonalSlices()),
+                 OwnedRowsTile(8, 7, 17, 18, DiagonalSlices())}),
       CommWait{.id = 0},
       Launch(1, {Peer(3, {12, 13})}, {}),
-      Attention(Pass::kBackward, 1, {OwnedRowsTile(1, 12, 14, 16, FullSlices()),
-                                   OwnedRowsTile(7, 13, 17, 19, FullSlices())}),
+      Attention(
+          Pass::kBackward, 1,
+          {OwnedRowsTile(1, 12, 14, 16, FullSlices()), OwnedRowsTile(7, 13, 17, 19, FullSlices())}),
       CommWait{.id = 1},
       Launch(2, {Peer(3, {16, 19})}, {Peer(3, {20, 21})}),
       BlockwiseCopy{.ops = {{14, 22}, {17, 24}}},
@@ -297,16 +306,19 @@ inline std::vector<Program> TwoNodeBackward() {
       BlockwiseReduction{.kind = ReductionKind::kSum,
                          .ops = {SumOp(16), SumOp(17), SumOp(18), SumOp(19), SumOp(20), SumOp(21),
                                  SumOp(22), SumOp(23)}},
-      Attention(Pass::kBackward, 0, {OwnedRowsTile(5, 1, 16, 17, DiagonalSlices()),
-                                   OwnedRowsTile(11, 7, 20, 21, DiagonalSlices())}),
+      Attention(Pass::kBackward, 0,
+                {OwnedRowsTile(5, 1, 16, 17, DiagonalSlices()),
+                 OwnedRowsTile(11, 7, 20, 21, DiagonalSlices())}),
       CommWait{.id = 0},
       Launch(1, {}, {Peer(2, {14, 15})}),
-      Attention(Pass::kBackward, 1, {OwnedRowsTile(4, 12, 16, 18, FullSlices()),
-                                   OwnedRowsTile(10, 13, 20, 22, FullSlices())}),
+      Attention(Pass::kBackward, 1,
+                {OwnedRowsTile(4, 12, 16, 18, FullSlices()),
+                 OwnedRowsTile(10, 13, 20, 22, FullSlices())}),
       CommWait{.id = 1},
       Launch(2, {Peer(2, {18, 22})}, {Peer(2, {24, 25})}),
-      Attention(Pass::kBackward, 2, {OwnedRowsTile(3, 14, 16, 19, FullSlices()),
-                                   OwnedRowsTile(9, 15, 20, 23, FullSlices())}),
+      Attention(
+          Pass::kBackward, 2,
+          {OwnedRowsTile(3, 14, 16, 19, FullSlices()), OwnedRowsTile(9, 15, 20, 23, FullSlices())}),
       CommWait{.id = 2},
       BlockwiseReduction{.kind = ReductionKind::kSum,
                          .ops = {SumOp(19, {19, 24}), SumOp(23, {23, 25})}},

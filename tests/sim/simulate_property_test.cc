@@ -229,7 +229,8 @@ TEST(ScheduleBySimulation, FindsAFasterCountThanTheCostModel) {
 // the grid's best count's neighbours.
 void ExpectNoGridCountFaster(const Batch& batch, int64_t block_size, int64_t head_groups,
                              const Topology& topology) {
-  const BlockSet blocks = *MakeBlocks(batch, {.block_size = block_size, .head_groups = head_groups});
+  const BlockSet blocks =
+      *MakeBlocks(batch, {.block_size = block_size, .head_groups = head_groups});
   const Placement placement = PartitionBlocks(blocks, topology, {})->placement;
   ClusterSpec cluster;
   cluster.devices_per_node = topology.devices_per_node;
