@@ -263,12 +263,15 @@ TEST(ScheduleBySimulation, IsNeverSlowerThanTheGridOrItsBestCountsNeighbours) {
     SCOPED_TRACE(::testing::Message() << "seed " << seed << ", topology " << c.topology.ToString());
     ExpectNoGridCountFaster(*c.MakeBatch(), c.block_size, c.head_groups, c.topology);
   }
-  // Long sequences, where the most divisions hide the most.
+  // Long sequences, where the most divisions hide the most. On the causal one, time drops by 4%
+  // from 13 divisions to 14 and is least at 15: a grid without its top count would stop at 13.
   const Topology two_nodes{.nodes = 2, .devices_per_node = 8};
   ExpectNoGridCountFaster(*Batch::Create({8192, 3000, 1000}, {MaskSpec{}}, AttentionShape{}), 512,
                           1, two_nodes);
   ExpectNoGridCountFaster(*Batch::Create({65536}, {MaskSpec{}}, AttentionShape{}), 1024, 1,
                           two_nodes);
+  ExpectNoGridCountFaster(*Batch::Create({131072}, {*MaskSpec::Parse("causal")}, AttentionShape{}),
+                          1024, 1, two_nodes);
 }
 
 // `plan` simulated with its trace on the p4de model (with the plan's devices per node).
