@@ -110,7 +110,13 @@ struct BlockwiseAttention {
   // millions of tiles). Tiles with the same mask may share a range.
   std::vector<Slice> slices = {};
 
-  // REQUIRES: the tile's range lies inside `slices` (ValidatePlan and DecodePlan check it).
+  // Whether the tile's range lies inside `slices`.
+  bool HoldsSlicesOf(const AttentionTile& tile) const {
+    return tile.first_slice >= 0 && tile.n_slices >= 0 &&
+           static_cast<size_t>(tile.first_slice) + static_cast<size_t>(tile.n_slices) <=
+               slices.size();
+  }
+  // REQUIRES: HoldsSlicesOf(tile) (ValidatePlan and DecodePlan check it).
   std::span<const Slice> SlicesOf(const AttentionTile& tile) const {
     return std::span<const Slice>(slices).subspan(tile.first_slice, tile.n_slices);
   }

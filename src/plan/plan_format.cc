@@ -295,11 +295,9 @@ void Encode(Writer& w, const Slice& s) {
 }
 
 void Encode(Writer& w, const BlockwiseAttention& a, const AttentionTile& t) {
-  DCP_CHECK(
-      t.first_slice >= 0 && t.n_slices >= 0 &&
-          static_cast<size_t>(t.first_slice) + static_cast<size_t>(t.n_slices) <= a.slices.size(),
-      "tile of compute block {}: slices [{}, {} + {}) are not within the call's {}", t.block.value,
-      t.first_slice, t.first_slice, t.n_slices, a.slices.size());
+  DCP_CHECK(a.HoldsSlicesOf(t),
+            "tile of compute block {}: slices [{}, {} + {}) are not within the call's {}",
+            t.block.value, t.first_slice, t.first_slice, t.n_slices, a.slices.size());
   w.Write(t.block.value, t.q, t.kv, t.out, t.lse, t.d_o, t.delta, t.dq, t.dkv);
   w.List(a.SlicesOf(t), [&](const Slice& s) { Encode(w, s); });
 }

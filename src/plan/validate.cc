@@ -135,9 +135,7 @@ Status CheckSlices(std::span<const Slice> slices, int64_t q_tokens, int64_t kv_t
 // Checks that a tile's range of its call's slices exists and that the slices are its mask's.
 Status CheckTileSlices(const Plan& plan, const BlockwiseAttention& attention,
                        const AttentionTile& tile) {
-  if (tile.first_slice < 0 || tile.n_slices < 0 ||
-      static_cast<size_t>(tile.first_slice) + static_cast<size_t>(tile.n_slices) >
-          attention.slices.size()) {
+  if (!attention.HoldsSlicesOf(tile)) {
     return Status::InvalidArgument(
         fmt::format("slices [{}, {} + {}) are not within the call's {} slices", tile.first_slice,
                     tile.first_slice, tile.n_slices, attention.slices.size()));

@@ -117,9 +117,7 @@ Status CheckTile(const Plan& plan, const Program& program, const BlockwiseAttent
        {tile.q, tile.kv, tile.out, tile.lse, tile.d_o, tile.delta, tile.dq, tile.dkv}) {
     DCP_RETURN_IF_ERROR(CheckSlot(program, s, /*optional=*/true, index, "a tile"));
   }
-  if (tile.first_slice < 0 || tile.n_slices < 0 ||
-      static_cast<size_t>(tile.first_slice) + static_cast<size_t>(tile.n_slices) >
-          call.slices.size()) {
+  if (!call.HoldsSlicesOf(tile)) {
     return Status::InvalidArgument(
         fmt::format("instruction {}: the slices of compute block {} are not within the call's {}",
                     index, tile.block.value, call.slices.size()));

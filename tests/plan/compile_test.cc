@@ -129,6 +129,19 @@ TEST(CompilePlan, TilesAllowExactlyTheMaskCellsOfTheirRectangle) {
   EXPECT_GT(checked, static_cast<int>(testing::RandomCases(200) / 2));
 }
 
+// One causal sequence of `tokens` in blocks of 128 on one device, 4 query and 2 KV heads of 8.
+Result<Plan> CausalPlanOnOneDevice(int64_t tokens) {
+  DCP_ASSIGN_OR_RETURN(const Batch batch,
+                       Batch::Create({tokens}, {MaskSpec{}},
+                                     AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 8}));
+  DCP_ASSIGN_OR_RETURN(const BlockSet blocks, MakeBlocks(batch, {.block_size = 128}));
+  const Topology one{.nodes = 1, .devices_per_node = 1};
+  DCP_ASSIGN_OR_RETURN(const PartitionResult placed, PartitionBlocks(blocks, one, {}));
+  DCP_ASSIGN_OR_RETURN(const Schedule schedule,
+                       ScheduleDivisions(blocks, placed.placement, one, {}));
+  return CompilePlan(batch, blocks, placed.placement, schedule, one);
+}
+
 // peak_buffer_bytes by hand: 256 causal tokens in 2 blocks of 128 on one device, 4 query and 2
 // KV heads of 8, bf16. Per block, forward: Q 128 x 4 x 8 x 2 = 8192, KV 128 x 2 x 2 x 8 x 2 =
 // 8192, the O accumulator in fp32 16384 and its LSE 128 x 4 x 4 = 2048, the O output in bf16 8192
@@ -136,17 +149,8 @@ TEST(CompilePlan, TilesAllowExactlyTheMaskCellsOfTheirRectangle) {
 // dKV accumulators in fp32 16384 each, the dQ and dKV outputs 8192 each: 86016. The device's peak
 // is the larger program's.
 TEST(CompilePlan, PeakBufferBytesCountedByHand) {
-  auto batch = Batch::Create({256}, {MaskSpec{}},
-                             AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 8});
-  ASSERT_TRUE(batch.ok());
-  auto blocks = MakeBlocks(*batch, {.block_size = 128});
-  const Topology one{.nodes = 1, .devices_per_node = 1};
-  auto placed = PartitionBlocks(*blocks, one, {});
-  ASSERT_TRUE(blocks.ok() && placed.ok());
-  auto schedule = ScheduleDivisions(*blocks, placed->placement, one, {});
-  ASSERT_TRUE(schedule.ok());
-  auto plan = CompilePlan(*batch, *blocks, placed->placement, *schedule, one);
-  ASSERT_TRUE(plan.ok());
+  const Result<Plan> plan = CausalPlanOnOneDevice(256);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   const int64_t forward = 2 * (8192 + 8192 + 16384 + 2048 + 8192 + 2048);
   const int64_t backward = 2 * (4 * 8192 + 2 * 2048 + 2 * 16384 + 2 * 8192);
   EXPECT_EQ(plan->forward[0].PeakBufferBytes(), forward);
@@ -159,17 +163,8 @@ TEST(CompilePlan, PeakBufferBytesCountedByHand) {
 // it. One 1024-token sequence in 8 blocks of 128 on one device: 36 tiles, 28 full; in q-block
 // order, each row's full tiles share one slice, and each row's diagonal tile has its own.
 TEST(CompilePlan, FullTilesShareOneRectangle) {
-  auto batch =
-      Batch::Create({1024}, {MaskSpec{}}, AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 8});
-  ASSERT_TRUE(batch.ok());
-  auto blocks = MakeBlocks(*batch, {.block_size = 128});
-  const Topology one{.nodes = 1, .devices_per_node = 1};
-  auto placed = PartitionBlocks(*blocks, one, {});
-  ASSERT_TRUE(blocks.ok() && placed.ok());
-  auto schedule = ScheduleDivisions(*blocks, placed->placement, one, {});
-  ASSERT_TRUE(schedule.ok());
-  auto plan = CompilePlan(*batch, *blocks, placed->placement, *schedule, one);
-  ASSERT_TRUE(plan.ok());
+  const Result<Plan> plan = CausalPlanOnOneDevice(1024);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   const Slice rectangle{.row_begin = 0, .row_end = 128, .lo = {0, 0}, .hi = {128, 0}};
   int64_t tiles = 0, full = 0, slices = 0;
   for (const Instruction& instruction : plan->forward[0].instructions) {
