@@ -17,7 +17,7 @@ packages=(
   build-essential clang cmake ninja-build ccache pkg-config
   libclang-rt-14-dev llvm  # libFuzzer and the sanitizer runtimes for clang, llvm-symbolizer (fuzz/)
   libgtest-dev libgmock-dev libbenchmark-dev
-  libcli11-dev nlohmann-json3-dev libfmt-dev
+  libcli11-dev nlohmann-json3-dev libfmt-dev libxxhash-dev
   libtrilinos-zoltan-dev libopenmpi-dev openmpi-bin
   libopenblas-openmp-dev
   python3 python3-venv python3-dev libdlpack-dev

@@ -62,11 +62,7 @@ int Run(const BatchArgs& batch_args, const PlanArgs& args) {
     if (Status s = ValidatePlan(*plan); !s.ok()) return ReportError(s.WithContext("plan check"));
   }
   if (!args.output.empty()) {
-    std::string bytes;
-    EncodePlan(*plan, &bytes);
-    std::ofstream out(args.output, std::ios::binary);
-    out << bytes;
-    if (!out) return ReportError(Status::NotFound(fmt::format("cannot write '{}'", args.output)));
+    if (Status s = WritePlanFile(*plan, args.output); !s.ok()) return ReportError(s);
   }
   if (args.dump) fmt::print("{}", DumpPlan(*plan));
 

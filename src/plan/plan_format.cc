@@ -12,7 +12,10 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <fstream>
+#include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -24,15 +27,15 @@
 #include "plan/plan_format_internal.h"
 #include "plan/plan_rules.h"
 
+#define XXH_INLINE_ALL  // header-only: nothing to link
+#include <xxhash.h>
+
 namespace dcp {
 namespace internal {
-namespace {
 
-constexpr uint64_t kPrime1 = 0x9E3779B185EBCA87ULL;
-constexpr uint64_t kPrime2 = 0xC2B2AE3D27D4EB4FULL;
-constexpr uint64_t kPrime3 = 0x165667B19E3779F9ULL;
-constexpr uint64_t kPrime4 = 0x85EBCA77C2B2AE63ULL;
-constexpr uint64_t kPrime5 = 0x27D4EB2F165667C5ULL;
+uint64_t PlanChecksum(std::string_view payload) { return XXH64(payload.data(), payload.size(), 0); }
+
+namespace {
 
 // Little-endian load of `bytes` bytes, whatever the host's byte order.
 uint64_t LoadLittleEndian(const unsigned char* p, size_t bytes) {
@@ -45,50 +48,7 @@ uint64_t LoadLittleEndian(const unsigned char* p, size_t bytes) {
   return v;
 }
 
-uint64_t Round(uint64_t acc, uint64_t lane) {
-  return std::rotl(acc + lane * kPrime2, 31) * kPrime1;
-}
-
-uint64_t MergeAccumulator(uint64_t acc, uint64_t lane_acc) {
-  return (acc ^ Round(0, lane_acc)) * kPrime1 + kPrime4;
-}
-
 }  // namespace
-
-uint64_t PlanChecksum(std::string_view payload) {
-  const auto* p = reinterpret_cast<const unsigned char*>(payload.data());
-  const size_t n = payload.size();
-  size_t i = 0;
-  uint64_t acc = kPrime5;
-  if (n >= 32) {
-    uint64_t a1 = kPrime1 + kPrime2, a2 = kPrime2, a3 = 0, a4 = 0 - kPrime1;
-    for (; i + 32 <= n; i += 32) {
-      a1 = Round(a1, LoadLittleEndian(p + i, 8));
-      a2 = Round(a2, LoadLittleEndian(p + i + 8, 8));
-      a3 = Round(a3, LoadLittleEndian(p + i + 16, 8));
-      a4 = Round(a4, LoadLittleEndian(p + i + 24, 8));
-    }
-    acc = std::rotl(a1, 1) + std::rotl(a2, 7) + std::rotl(a3, 12) + std::rotl(a4, 18);
-    for (uint64_t a : {a1, a2, a3, a4}) acc = MergeAccumulator(acc, a);
-  }
-  acc += n;
-  for (; i + 8 <= n; i += 8) {
-    acc ^= Round(0, LoadLittleEndian(p + i, 8));
-    acc = std::rotl(acc, 27) * kPrime1 + kPrime4;
-  }
-  if (i + 4 <= n) {
-    acc ^= LoadLittleEndian(p + i, 4) * kPrime1;
-    acc = std::rotl(acc, 23) * kPrime2 + kPrime3;
-    i += 4;
-  }
-  for (; i < n; ++i) {
-    acc ^= uint64_t{p[i]} * kPrime5;
-    acc = std::rotl(acc, 11) * kPrime1;
-  }
-  acc = (acc ^ (acc >> 33)) * kPrime2;
-  acc = (acc ^ (acc >> 29)) * kPrime3;
-  return acc ^ (acc >> 32);
-}
 
 }  // namespace internal
 
@@ -160,22 +120,21 @@ Status CheckIndex(int64_t value, size_t size, std::string_view noun) {
 // ---------------------------------------------------------------------------------------------
 // Writer and Reader
 
-// Appends to `out`, or with no `out` only counts the bytes it would append (to size the output
-// before writing it: a large plan then grows its string once).
+// Encodes values little-endian and hands the bytes to `sink` in order, in pieces of about
+// kPieceBytes: a plan of millions of tiles encodes to gigabytes, which a file or a checksum never
+// needs to hold at once.
 class Writer {
  public:
-  explicit Writer(std::string* out) : out_(out) {}
-
-  size_t bytes_written() const { return bytes_written_; }
+  using Sink = std::function<void(std::string_view)>;
+  explicit Writer(Sink sink) : sink_(std::move(sink)) { buffer_.reserve(kPieceBytes); }
 
   template <typename... T>
   void Write(T... values) {
     char bytes[(sizeof(T) + ...)];
-    bytes_written_ += sizeof(bytes);
-    if (out_ == nullptr) return;
     char* at = bytes;
     ((at = Put(values, at)), ...);
-    out_->append(bytes, sizeof(bytes));
+    buffer_.append(bytes, sizeof(bytes));
+    if (buffer_.size() >= kPieceBytes) Flush();
   }
   void Count(size_t n) {
     DCP_CHECK(n <= kMaxCount, "a list of {} elements does not fit the format's uint32 count", n);
@@ -190,8 +149,15 @@ class Writer {
     Count(text.size());
     for (char c : text) Write(static_cast<uint8_t>(c));
   }
+  // Hands over what is buffered; call it once the last value is written.
+  void Flush() {
+    if (!buffer_.empty()) sink_(buffer_);
+    buffer_.clear();
+  }
 
  private:
+  static constexpr size_t kPieceBytes = size_t{1} << 20;
+
   // Stores `value` little-endian at `at`; returns the byte after it.
   template <typename T>
   static char* Put(T value, char* at) {
@@ -201,8 +167,8 @@ class Writer {
     return at + sizeof(T);
   }
 
-  std::string* out_;
-  size_t bytes_written_ = 0;
+  Sink sink_;
+  std::string buffer_;
 };
 
 class Reader {
@@ -703,19 +669,53 @@ Result<Plan> Decode(std::string_view data, std::optional<DeviceId> expected_devi
 
 }  // namespace
 
+namespace {
+
+// The header in front of the plan's payload (magic, version, length and checksum); sets
+// `payload_bytes` to the payload's length.
+std::string EncodeHeader(const Plan& plan, uint64_t* payload_bytes) {
+  std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> hash(XXH64_createState(),
+                                                                  &XXH64_freeState);
+  DCP_CHECK(hash != nullptr, "out of memory for an XXH64 state");
+  XXH64_reset(hash.get(), 0);
+  *payload_bytes = 0;
+  Writer digest([&](std::string_view piece) {
+    XXH64_update(hash.get(), piece.data(), piece.size());
+    *payload_bytes += piece.size();
+  });
+  EncodePayload(digest, plan);
+  digest.Flush();
+  std::string header(internal::kPlanMagic);
+  Writer w([&](std::string_view piece) { header.append(piece); });
+  w.Write(internal::kPlanFormatVersion, *payload_bytes, uint64_t{XXH64_digest(hash.get())});
+  w.Flush();
+  return header;
+}
+
+}  // namespace
+
 void EncodePlan(const Plan& plan, std::string* out) {
-  Writer sizer(nullptr);
-  EncodePayload(sizer, plan);
-  out->clear();
-  out->reserve(kPlanHeaderBytes + sizer.bytes_written());
-  out->append(internal::kPlanMagic);
-  Writer w(out);
-  w.Write(internal::kPlanFormatVersion, uint64_t{0}, uint64_t{0});  // length, checksum: below
+  uint64_t payload_bytes = 0;
+  *out = EncodeHeader(plan, &payload_bytes);
+  out->reserve(out->size() + payload_bytes);
+  Writer w([out](std::string_view piece) { out->append(piece); });
   EncodePayload(w, plan);
-  const std::string_view payload = std::string_view(*out).substr(kPlanHeaderBytes);
-  std::string header;
-  Writer(&header).Write(static_cast<uint64_t>(payload.size()), internal::PlanChecksum(payload));
-  out->replace(internal::kPlanPayloadLengthOffset, header.size(), header);
+  w.Flush();
+}
+
+Status WritePlanFile(const Plan& plan, const std::string& path) {
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  if (!file) return Status::NotFound(fmt::format("cannot open '{}' for writing", path));
+  uint64_t payload_bytes = 0;
+  file << EncodeHeader(plan, &payload_bytes);
+  Writer w([&file](std::string_view piece) {
+    file.write(piece.data(), static_cast<std::streamsize>(piece.size()));
+  });
+  EncodePayload(w, plan);
+  w.Flush();
+  file.close();
+  if (!file) return Status::NotFound(fmt::format("cannot write '{}'", path));
+  return Status::Ok();
 }
 
 Plan PlanPartForDevice(const Plan& plan, DeviceId device) {

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -26,6 +27,7 @@
 #include "dcp/plan.h"
 #include "plan/plan_format_internal.h"
 #include "testing/cases.h"
+#include "util/file.h"
 
 namespace dcp {
 namespace {
@@ -466,6 +468,44 @@ TEST(PlanFormat, EncodeReplacesWhatTheOutputHeld) {
   std::string bytes = "left over";
   EncodePlan(FixturePlan(), &bytes);
   EXPECT_EQ(bytes, Encode(FixturePlan()));
+}
+
+// A plan whose encoding spans several of the encoder's 1 MiB pieces (its checksum is computed
+// piece by piece while a file is written).
+Plan PlanOfManyMegabytes() {
+  Plan plan = RandomPlan(7);
+  std::vector<Instruction>& instructions = plan.forward.at(0).instructions;
+  if (instructions.empty()) instructions.push_back(CommWait{.id = 1});
+  while (Encode(plan).size() < (size_t{5} << 20)) {
+    const std::vector<Instruction> copy = instructions;
+    instructions.insert(instructions.end(), copy.begin(), copy.end());
+  }
+  return plan;
+}
+
+TEST(WritePlanFile, WritesTheEncodedBytesOfAPlanOfManyMegabytes) {
+  const Plan plan = PlanOfManyMegabytes();
+  const std::string path = ::testing::TempDir() + "/write_plan_file_test.plan";
+  ASSERT_TRUE(WritePlanFile(plan, path).ok());
+  Result<std::string> file = internal::ReadWholeFile(path);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_EQ(*file, Encode(plan));
+  const std::string_view payload = std::string_view(*file).substr(kHeader);
+  EXPECT_EQ(*file, std::string(internal::kPlanMagic) + LittleEndianBytes(3, 4) +
+                       LittleEndianBytes(payload.size(), 8) +
+                       LittleEndianBytes(internal::PlanChecksum(payload), 8) +
+                       std::string(payload));
+  Result<Plan> decoded = DecodePlan(*file);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_TRUE(*decoded == plan);
+  std::remove(path.c_str());
+}
+
+TEST(WritePlanFile, APathThatCannotBeWrittenIsNotFoundNamingIt) {
+  const std::string directory = ::testing::TempDir();
+  const Status s = WritePlanFile(FixturePlan(), directory);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr(directory));
 }
 
 // ---------------------------------------------------------------------------------------------
