@@ -3,7 +3,6 @@
 // and buffers; optionally validate, dump or write the plan.
 #include <fmt/format.h>
 
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 

@@ -47,8 +47,11 @@ KwayResult KwayEngine::Run(const KwayStart& start, int rounds, int fm_passes) {
   for (int r = 0; r < rounds; ++r) {
     if (!RefineRound()) break;
   }
+  // Moves activate the vertices whose gains they change, so only a repair (which also changes
+  // which parts have room) needs every vertex looked at again.
+  const bool over_caps = !state_.WithinCaps(problem_.compute_cap, problem_.memory_cap);
   Repair();
-  ActivateAll();
+  if (over_caps) ActivateAll();
   for (int r = 0; r < rounds / 4; ++r) {
     if (!RefineRound()) break;
   }

@@ -36,6 +36,9 @@ bool KwayEngine::RefineRound() {
     // Data vertices every round: their row moves and swaps depend on every part's load.
     if (!active_[v] && IsCompute(v)) continue;
     active_[v] = 0;
+    // Most tiles share both their nets with others on their part: no move of theirs can gain,
+    // and skipping them here, before their candidate parts are listed, is most of a round.
+    if (IsCompute(v) && !state_.MayGain(v)) continue;
     const int32_t from = state_.part(v);
     Candidates(v, &candidates);
     int32_t best = -1;

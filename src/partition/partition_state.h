@@ -113,6 +113,15 @@ class PartitionState {
     Assign(v, to);
   }
 
+  // Whether some move of v (assigned) could lower km1: only when v is the last pin of one of its
+  // nets on its part (else every move keeps every net where it was and may add parts).
+  bool MayGain(int32_t v) const {
+    const int32_t from = part_[v];
+    for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
+      if (pin_count_[Slot(g_.incident[i], from)] == 1) return true;
+    }
+    return false;
+  }
   // The km1 change of moving v (assigned) to part `to`.
   int64_t MoveDelta(int32_t v, int32_t to) const {
     const int32_t from = part_[v];
