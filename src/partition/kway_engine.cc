@@ -18,7 +18,7 @@ KwayEngine::KwayEngine(const KwayProblem& problem)
       data_of_part_(problem.k),
       unit_pins_(problem.graph.n_nets(), 0),
       row_weight_on_(problem.k, 0),
-      seen_(problem.k, 0) {
+      scratch_{.seen = std::vector<uint32_t>(problem.k, 0)} {
   for (int32_t v : subset_) {
     in_subset_[v] = 1;
     if (!IsCompute(v)) data_vertices_.push_back(v);
@@ -94,7 +94,7 @@ std::vector<int32_t> KwayEngine::RowTiles(int32_t d) const {
 }
 
 // Parts where v's nets already have pins.
-void KwayEngine::Candidates(int32_t v, std::vector<int32_t>* out) const {
+void KwayEngine::Candidates(int32_t v, std::vector<int32_t>* out, CandidateScratch* scratch) const {
   out->clear();
   // Most vertices are interior (every net on one part, v's own): skip the set building.
   if (state_.part(v) >= 0 &&
@@ -107,15 +107,15 @@ void KwayEngine::Candidates(int32_t v, std::vector<int32_t>* out) const {
   for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
     const int32_t n = g_.incident[i];
     for (int32_t p : state_.parts_of_net(n)) {
-      if (seen_[p] != seen_stamp_) {
-        seen_[p] = seen_stamp_;
+      if (scratch->seen[p] != scratch->stamp) {
+        scratch->seen[p] = scratch->stamp;
         out->push_back(p);
       }
     }
   }
-  if (++seen_stamp_ == 0) {  // wrapped: start the stamps afresh
-    std::fill(seen_.begin(), seen_.end(), 0);
-    seen_stamp_ = 1;
+  if (++scratch->stamp == 0) {  // wrapped: start the stamps afresh
+    std::fill(scratch->seen.begin(), scratch->seen.end(), 0);
+    scratch->stamp = 1;
   }
   std::sort(out->begin(), out->end());
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "partition/kway_partitioner.h"
@@ -36,7 +37,14 @@ class KwayEngine {
            (memory == 0 || static_cast<double>(state_.memory()[p] + memory) <= problem_.memory_cap);
   }
   std::vector<int32_t> RowTiles(int32_t d) const;
-  void Candidates(int32_t v, std::vector<int32_t>* out) const;
+  // Candidates' scratch: seen[p] == stamp when p is already in the list being built. One per
+  // thread that lists candidates.
+  struct CandidateScratch {
+    std::vector<uint32_t> seen;
+    uint32_t stamp = 1;
+  };
+  void Candidates(int32_t v, std::vector<int32_t>* out, CandidateScratch* scratch) const;
+  void Candidates(int32_t v, std::vector<int32_t>* out) { Candidates(v, out, &scratch_); }
   void MoveVertex(int32_t v, int32_t to);
   void ActivateAll();
 
@@ -51,7 +59,12 @@ class KwayEngine {
 
   // --- Refinement (kway_refine.cc) ---
   bool RefineRound();
-  int64_t BestMove(int32_t v, std::vector<int32_t>* candidates, int32_t* to) const;
+  int64_t BestMove(int32_t v, std::vector<int32_t>* candidates, int32_t* to,
+                   CandidateScratch* scratch) const;
+  int64_t BestMove(int32_t v, std::vector<int32_t>* candidates, int32_t* to) {
+    return BestMove(v, candidates, to, &scratch_);
+  }
+  std::vector<std::pair<int64_t, int32_t>> FirstGains() const;
   bool FmPass();
   bool SwapData(int32_t d, const std::vector<int32_t>& candidates);
   bool MoveRow(int32_t d, const std::vector<int32_t>& candidates);
@@ -79,9 +92,7 @@ class KwayEngine {
   // MoveRow's scratch: the nets a row unit touches, and its pins on each (0 outside the unit).
   std::vector<int32_t> unit_nets_, unit_pins_;
   std::vector<int64_t> row_weight_on_;  // per part
-  // Candidates' scratch: seen_[p] == seen_stamp_ when p is already in the list being built.
-  mutable std::vector<uint32_t> seen_;
-  mutable uint32_t seen_stamp_ = 1;
+  CandidateScratch scratch_;            // the engine's own thread's
 };
 
 }  // namespace dcp::internal

@@ -27,11 +27,14 @@ struct KwayProblem {
   int32_t k;
   double compute_cap, memory_cap;
   uint64_t seed;
+  // Threads for the work of a run that splits into independent pieces (the first gains of an FM
+  // pass); the result does not depend on it.
+  int32_t threads = 1;
 
-  // The same parts, caps and seed on another graph (a coarser level of this one).
+  // The same parts, caps, seed and threads on another graph (a coarser level of this one).
   KwayProblem On(const Hypergraph& g, const std::vector<int32_t>& sequences,
                  const std::vector<int32_t>& vertices) const {
-    return {g, sequences, vertices, k, compute_cap, memory_cap, seed};
+    return {g, sequences, vertices, k, compute_cap, memory_cap, seed, threads};
   }
 };
 

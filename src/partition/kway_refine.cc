@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "partition/kway_engine.h"
+#include "util/parallel.h"
 
 namespace dcp::internal {
 
@@ -66,8 +67,9 @@ bool KwayEngine::RefineRound() {
 
 // The move of v that lowers km1 most (or raises it least) within the caps: its km1 gain, and
 // the part in *to (-1 when no other part can take v).
-int64_t KwayEngine::BestMove(int32_t v, std::vector<int32_t>* candidates, int32_t* to) const {
-  Candidates(v, candidates);
+int64_t KwayEngine::BestMove(int32_t v, std::vector<int32_t>* candidates, int32_t* to,
+                             CandidateScratch* scratch) const {
+  Candidates(v, candidates, scratch);
   *to = -1;
   int64_t best = 0;
   for (int32_t p : *candidates) {
@@ -88,12 +90,9 @@ int64_t KwayEngine::BestMove(int32_t v, std::vector<int32_t>* candidates, int32_
 // pins of small nets are re-pushed after every move, as their gains change most.
 bool KwayEngine::FmPass() {
   std::vector<int32_t> candidates;
-  std::priority_queue<std::pair<int64_t, int32_t>> heap;  // (gain, vertex)
+  std::priority_queue<std::pair<int64_t, int32_t>> heap(std::less<std::pair<int64_t, int32_t>>(),
+                                                        FirstGains());
   int32_t to = -1;
-  for (int32_t v : subset_) {
-    const int64_t gain = BestMove(v, &candidates, &to);
-    if (to >= 0) heap.push({gain, v});
-  }
   std::vector<char> locked(g_.n_vertices(), 0);
   std::vector<std::pair<int32_t, int32_t>> moves;  // (vertex, part it left)
   const int64_t start = state_.connectivity();
@@ -137,6 +136,28 @@ bool KwayEngine::FmPass() {
     state_.Move(v, from);
   }
   return best < start;
+}
+
+// (gain, vertex) of the best move of every vertex of the subset that has one. Each is a function
+// of the state alone, so pieces of the subset are priced on problem_.threads threads: the same
+// list, hence the same heap (its keys are distinct), on any thread count.
+std::vector<std::pair<int64_t, int32_t>> KwayEngine::FirstGains() const {
+  constexpr size_t kPiece = 4096;
+  const size_t n_pieces = (subset_.size() + kPiece - 1) / kPiece;
+  std::vector<std::vector<std::pair<int64_t, int32_t>>> pieces(n_pieces);
+  ParallelFor(static_cast<int32_t>(n_pieces), problem_.threads, [&](int32_t i) {
+    CandidateScratch scratch{.seen = std::vector<uint32_t>(k_, 0)};
+    std::vector<int32_t> candidates;
+    int32_t to = -1;
+    const size_t end = std::min(subset_.size(), (i + 1) * kPiece);
+    for (size_t j = i * kPiece; j < end; ++j) {
+      const int64_t gain = BestMove(subset_[j], &candidates, &to, &scratch);
+      if (to >= 0) pieces[i].emplace_back(gain, subset_[j]);
+    }
+  });
+  std::vector<std::pair<int64_t, int32_t>> gains;
+  for (const auto& piece : pieces) gains.insert(gains.end(), piece.begin(), piece.end());
+  return gains;
 }
 
 // Swaps data vertex d with a data vertex of another part when that lowers km1 and both parts

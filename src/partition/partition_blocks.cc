@@ -362,7 +362,8 @@ Result<std::vector<int32_t>> PlaceTwoLevel(const Hypergraph& g, const BlockSet& 
                                    .k = topology.nodes,
                                    .compute_cap = (1 + options.eps_inter) * avg.compute * dpn,
                                    .memory_cap = node_memory_cap,
-                                   .seed = options.seed},
+                                   .seed = options.seed,
+                                   .threads = options.threads},
                                   options));
   // Inside each node, relative to the node's own compute and the global memory average: each
   // node's problem on its own subgraph, the nodes on `options.threads` threads (each has its own
@@ -414,7 +415,8 @@ Result<std::vector<int32_t>> PlaceFlat(const Hypergraph& g, const BlockSet& bloc
                      .k = topology.devices(),
                      .compute_cap = (1 + options.eps_compute) * avg.compute,
                      .memory_cap = (1 + options.eps_memory) * avg.memory,
-                     .seed = options.seed},
+                     .seed = options.seed,
+                     .threads = options.threads},
                     options);
 }
 

@@ -667,52 +667,66 @@ Result<Plan> Decode(std::string_view data, std::optional<DeviceId> expected_devi
   return plan;
 }
 
-}  // namespace
+// XXH64 of a payload handed over in pieces, and its length.
+class PayloadHash {
+ public:
+  PayloadHash() : state_(XXH64_createState(), &XXH64_freeState) {
+    DCP_CHECK(state_ != nullptr, "out of memory for an XXH64 state");
+    XXH64_reset(state_.get(), 0);
+  }
+  void Add(std::string_view piece) {
+    XXH64_update(state_.get(), piece.data(), piece.size());
+    bytes_ += piece.size();
+  }
+  // The header in front of the payload hashed so far: magic, version, length and checksum.
+  std::string Header() const {
+    std::string header(internal::kPlanMagic);
+    Writer w([&](std::string_view piece) { header.append(piece); });
+    w.Write(internal::kPlanFormatVersion, bytes_, uint64_t{XXH64_digest(state_.get())});
+    w.Flush();
+    return header;
+  }
+  uint64_t bytes() const { return bytes_; }
 
-namespace {
-
-// The header in front of the plan's payload (magic, version, length and checksum); sets
-// `payload_bytes` to the payload's length.
-std::string EncodeHeader(const Plan& plan, uint64_t* payload_bytes) {
-  std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> hash(XXH64_createState(),
-                                                                  &XXH64_freeState);
-  DCP_CHECK(hash != nullptr, "out of memory for an XXH64 state");
-  XXH64_reset(hash.get(), 0);
-  *payload_bytes = 0;
-  Writer digest([&](std::string_view piece) {
-    XXH64_update(hash.get(), piece.data(), piece.size());
-    *payload_bytes += piece.size();
-  });
-  EncodePayload(digest, plan);
-  digest.Flush();
-  std::string header(internal::kPlanMagic);
-  Writer w([&](std::string_view piece) { header.append(piece); });
-  w.Write(internal::kPlanFormatVersion, *payload_bytes, uint64_t{XXH64_digest(hash.get())});
-  w.Flush();
-  return header;
-}
+ private:
+  std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> state_;
+  uint64_t bytes_ = 0;
+};
 
 }  // namespace
 
 void EncodePlan(const Plan& plan, std::string* out) {
-  uint64_t payload_bytes = 0;
-  *out = EncodeHeader(plan, &payload_bytes);
-  out->reserve(out->size() + payload_bytes);
+  // The header comes first but depends on the whole payload: a first pass hashes it (and sizes
+  // the output, so a large plan's string grows once).
+  PayloadHash hash;
+  Writer digest([&](std::string_view piece) { hash.Add(piece); });
+  EncodePayload(digest, plan);
+  digest.Flush();
+  *out = hash.Header();
+  out->reserve(out->size() + hash.bytes());
   Writer w([out](std::string_view piece) { out->append(piece); });
   EncodePayload(w, plan);
   w.Flush();
 }
 
 Status WritePlanFile(const Plan& plan, const std::string& path) {
+  // One pass: the payload is hashed as it is written after a placeholder header, which is then
+  // overwritten (files of gigabytes are written at about 1 GB/s, as fast as they are encoded).
   std::ofstream file(path, std::ios::binary | std::ios::trunc);
   if (!file) return Status::NotFound(fmt::format("cannot open '{}' for writing", path));
-  uint64_t payload_bytes = 0;
-  file << EncodeHeader(plan, &payload_bytes);
-  Writer w([&file](std::string_view piece) {
+  PayloadHash hash;
+  file << std::string(kPlanHeaderBytes, '\0');
+  Writer w([&](std::string_view piece) {
+    hash.Add(piece);
     file.write(piece.data(), static_cast<std::streamsize>(piece.size()));
   });
   EncodePayload(w, plan);
   w.Flush();
+  if (!file.seekp(0)) {
+    return Status::NotFound(
+        fmt::format("cannot go back to the header of '{}' (not a regular file?)", path));
+  }
+  file << hash.Header();
   file.close();
   if (!file) return Status::NotFound(fmt::format("cannot write '{}'", path));
   return Status::Ok();
