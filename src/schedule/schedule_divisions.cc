@@ -22,12 +22,6 @@ struct PieceSide {
   friend bool operator==(const PieceSide&, const PieceSide&) = default;
 };
 
-// A device's first need of a remote piece.
-struct Need {
-  PieceSide piece;
-  int32_t device, division;
-};
-
 Status CheckPlacement(const BlockSet& blocks, const Placement& placement,
                       const Topology& topology) {
   if (placement.data_device.size() != blocks.data_blocks.size() ||
@@ -132,66 +126,65 @@ class DivisionScheduler {
     return out;
   }
 
-  // First needs of remote pieces: one per (piece, device), ordered by piece, then node, then
-  // device. Divisions never decrease along a device's slots (Assign, AssignHiding), so a device
-  // first needs a piece in the division of its first slot reading it.
-  std::vector<Need> Needs(const std::vector<int32_t>& division) const {
-    std::vector<Need> needs;
-    needs.reserve(first_reads_.size());
-    for (const Use& use : first_reads_) {
-      needs.push_back({use.piece, use.device, division[use.slot]});
-    }
-    return needs;
-  }
-
-  // Transfers for the needs (as Needs orders them, by piece): direct inside a node; across nodes
-  // once per node to a relay (the device needing it first), which forwards it to the others.
-  std::vector<Transfer> Route(const std::vector<Need>& needs) const {
-    std::vector<Transfer> transfers;
-    const auto transfer = [&](DeviceId from, const Need& n, int32_t phase) {
-      transfers.push_back(Transfer{.block = DataBlockId{n.piece.block},
-                                   .head_group = n.piece.head_group,
-                                   .side = n.piece.side,
-                                   .source = from,
-                                   .destination = DeviceId{n.device},
-                                   .division = n.division,
-                                   .phase = phase});
+  // Transfers for a division per slot, handed to emit(const Transfer&) one by one (pricing a
+  // layout needs no list of them). Each device's first need of a remote piece is the division of
+  // its first slot reading it (divisions never decrease along a device's slots: Assign,
+  // AssignHiding). A piece moves direct inside a node; across nodes once per node to a relay
+  // (the device of that node needing it first), which forwards it to the others.
+  template <typename Emit>
+  void Route(const std::vector<int32_t>& division, const Emit& emit) const {
+    const auto transfer = [&](DeviceId from, const Use& use, int32_t phase) {
+      emit(Transfer{.block = DataBlockId{use.piece.block},
+                    .head_group = use.piece.head_group,
+                    .side = use.piece.side,
+                    .source = from,
+                    .destination = DeviceId{use.device},
+                    .division = division[use.slot],
+                    .phase = phase});
     };
-    for (size_t begin = 0; begin < needs.size();) {
-      const PieceSide& piece = needs[begin].piece;
-      const int32_t node = topology_.NodeOf(DeviceId{needs[begin].device});
+    // first_reads_ is ordered by piece, then node, then device.
+    for (size_t begin = 0; begin < first_reads_.size();) {
+      const PieceSide& piece = first_reads_[begin].piece;
+      const int32_t node = topology_.NodeOf(DeviceId{first_reads_[begin].device});
       size_t end = begin + 1;
-      while (end < needs.size() && needs[end].piece == piece &&
-             topology_.NodeOf(DeviceId{needs[end].device}) == node) {
+      while (end < first_reads_.size() && first_reads_[end].piece == piece &&
+             topology_.NodeOf(DeviceId{first_reads_[end].device}) == node) {
         ++end;
       }
       const DeviceId owner{Owner(DataBlockId{piece.block})};
       if (topology_.NodeOf(owner) == node) {
-        for (size_t i = begin; i < end; ++i) transfer(owner, needs[i], 0);
+        for (size_t i = begin; i < end; ++i) transfer(owner, first_reads_[i], 0);
       } else {
-        const Need* relay = &needs[begin];
+        const Use* relay = &first_reads_[begin];
         for (size_t i = begin + 1; i < end; ++i) {
-          if (std::tie(needs[i].division, needs[i].device) <
-              std::tie(relay->division, relay->device)) {
-            relay = &needs[i];
+          const Use& use = first_reads_[i];
+          if (std::tie(division[use.slot], use.device) <
+              std::tie(division[relay->slot], relay->device)) {
+            relay = &use;
           }
         }
         transfer(owner, *relay, 0);
         for (size_t i = begin; i < end; ++i) {
-          if (&needs[i] == relay) continue;
-          transfer(DeviceId{relay->device}, needs[i], needs[i].division == relay->division ? 1 : 0);
+          const Use& use = first_reads_[i];
+          if (&use == relay) continue;
+          transfer(DeviceId{relay->device}, use,
+                   division[use.slot] == division[relay->slot] ? 1 : 0);
         }
       }
       begin = end;
     }
+  }
+
+  std::vector<Transfer> Transfers(const std::vector<int32_t>& division) const {
+    std::vector<Transfer> transfers;
+    Route(division, [&](const Transfer& t) { transfers.push_back(t); });
     return transfers;
   }
 
   // Modelled time of a pass: division t's inputs move while division t-1 computes, and since
   // an exchange starts only when both ends reach it, every division boundary waits for the slowest
   // device. A device's inputs from other nodes share its node's network with the node's others.
-  double ModelledTime(const std::vector<int32_t>& division, const std::vector<Transfer>& transfers,
-                      int32_t n) const {
+  double ModelledTime(const std::vector<int32_t>& division, int32_t n) const {
     const int32_t devices = topology_.devices();
     const auto at = [n](int32_t index, int32_t t) { return static_cast<size_t>(index) * n + t; };
     std::vector<double> compute(static_cast<size_t>(devices) * n, 0);
@@ -203,7 +196,7 @@ class DivisionScheduler {
         compute[at(d, division[slot])] += seconds_[slot];
       }
     }
-    for (const Transfer& t : transfers) {
+    Route(division, [&](const Transfer& t) {
       const double b = PieceBytes(t.block.value, t.side);
       const int32_t node = topology_.NodeOf(t.destination);
       if (topology_.NodeOf(t.source) == node) {
@@ -212,7 +205,7 @@ class DivisionScheduler {
         inter[at(t.destination.value, t.division)] += b;
         node_inter[at(node, t.division)] += b / options_.inter_node_bytes_per_s;
       }
-    }
+    });
     double time = 0;
     for (int32_t t = 1; t <= n; ++t) {
       double step = 0;
@@ -423,14 +416,13 @@ Result<Schedule> ScheduleDivisions(const BlockSet& blocks, const Placement& plac
   std::vector<double> time(layouts.size());
   internal::ParallelFor(static_cast<int32_t>(layouts.size()), options.threads, [&](int32_t i) {
     const std::vector<int32_t> division = make(layouts[i]);
-    time[i] =
-        scheduler.ModelledTime(division, scheduler.Route(scheduler.Needs(division)), layouts[i].n);
+    time[i] = scheduler.ModelledTime(division, layouts[i].n);
   });
   const Layout& chosen = layouts[std::min_element(time.begin(), time.end()) - time.begin()];
   const std::vector<int32_t> division = make(chosen);
   Schedule best{.n_divisions = chosen.n,
                 .compute_division = scheduler.ComputeDivision(division),
-                .transfers = scheduler.Route(scheduler.Needs(division)),
+                .transfers = scheduler.Transfers(division),
                 .reduce_in_node = true};
   // The schedule's order: by division, then phase (relays forward after they receive).
   std::sort(best.transfers.begin(), best.transfers.end(), [](const Transfer& a, const Transfer& b) {
