@@ -749,10 +749,12 @@ Result<Plan> CompilePlan(const Batch& batch, const BlockSet& blocks, const Place
             .head_groups = blocks.head_groups,
             .seqlens = batch.seqlens(),
             .n_divisions = schedule.n_divisions};
+  plan.blocks.reserve(blocks.data_blocks.size());
   for (const DataBlock& d : blocks.data_blocks) {
     plan.blocks.push_back({d.sequence, d.token_begin, d.tokens});
   }
   plan.block_owner = placement.data_device;
+  plan.compute_blocks.reserve(blocks.compute_blocks.size());  // millions: grow it once
   for (const ComputeBlock& c : blocks.compute_blocks) {
     plan.compute_blocks.push_back({c.q_block, c.kv_block, c.head_group, c.area});
   }
