@@ -155,6 +155,31 @@ std::vector<int32_t> SolveWholeRows(const internal::KwayProblem& problem, int64_
   return part;
 }
 
+// The levels of the multilevel model: the problem's subset coarsened (coarsen.h) while every part
+// would still get at least min_data_per_part data vertices, so the caps can still be met with
+// whole coarse vertices. Level i is a coarsening of level i - 1 (level -1: the problem's graph).
+std::vector<internal::CoarseLevel> CoarseLevels(const internal::KwayProblem& problem,
+                                                int64_t min_data_per_part) {
+  const auto data_in = [](const Hypergraph& h, const std::vector<int32_t>& vertices) {
+    return std::count_if(vertices.begin(), vertices.end(),
+                         [&](int32_t v) { return v >= h.n_compute; });
+  };
+  std::vector<internal::CoarseLevel> levels;
+  for (;;) {
+    const internal::KwayProblem top =
+        levels.empty() ? problem
+                       : problem.On(levels.back().graph, levels.back().sequence_first_block,
+                                    levels.back().subset);
+    const int64_t data = data_in(top.graph, top.subset);
+    if (data < 2 * min_data_per_part * problem.k) break;
+    internal::CoarseLevel next = internal::Coarsen(top.graph, top.sequence_first_block, top.subset);
+    // Sequences of one block do not contract; stop when too little does.
+    if (10 * data_in(next.graph, next.subset) > 9 * data) break;
+    levels.push_back(std::move(next));
+  }
+  return levels;
+}
+
 // The builtin engine. Two models compete:
 //  - Whole rows (SolveWholeRows): each data block with the tiles that read its queries, so only
 //    column nets are paid; strong while parts hold many rows (small k on long causal sequences).
@@ -179,29 +204,24 @@ std::vector<int32_t> SolveBuiltin(const internal::KwayProblem& problem, int roun
   // Rows worse than the multilevel result by more than this fraction are not refined on `g`.
   constexpr double kRowRefineMargin = 0.02;
 
+  // The whole rows and the coarsening do not depend on each other: on two threads they run side
+  // by side.
   int64_t rows_km1 = 0;
-  const std::vector<int32_t> rows = SolveWholeRows(problem, &rows_km1);
-
+  std::vector<int32_t> rows;
   // Level 0 is the problem itself; level i > 0 is the same problem on levels[i - 1].
   std::vector<internal::CoarseLevel> levels;
+  internal::ParallelFor(2, problem.threads, [&](int32_t i) {
+    if (i == 0) {
+      rows = SolveWholeRows(problem, &rows_km1);
+    } else {
+      levels = CoarseLevels(problem, kMinDataPerPart);
+    }
+  });
   const auto at = [&](size_t i) -> KwayProblem {
     if (i == 0) return problem;
     const internal::CoarseLevel& level = levels[i - 1];
     return problem.On(level.graph, level.sequence_first_block, level.subset);
   };
-  const auto data_in = [](const Hypergraph& h, const std::vector<int32_t>& vertices) {
-    return std::count_if(vertices.begin(), vertices.end(),
-                         [&](int32_t v) { return v >= h.n_compute; });
-  };
-  for (;;) {
-    const KwayProblem top = at(levels.size());
-    const int64_t data = data_in(top.graph, top.subset);
-    if (data < 2 * kMinDataPerPart * problem.k) break;
-    internal::CoarseLevel next = internal::Coarsen(top.graph, top.sequence_first_block, top.subset);
-    // Sequences of one block do not contract; stop when too little does.
-    if (10 * data_in(next.graph, next.subset) > 9 * data) break;
-    levels.push_back(std::move(next));
-  }
   const size_t top = levels.size();
 
   // Within the caps first (else the lowest worst load), then the fewest bytes.
