@@ -53,24 +53,26 @@ class DivisionScheduler {
       const int32_t d = placement.compute_device[c].value;
       if (IsLocal(c, d)) local_seconds_[d] += Seconds(c);
     }
+    internal::ParallelFor(topology.devices(), options.threads,
+                          [&](int32_t d) { OrderRemoteTiles(d, remote[d]); });
     begin_.push_back(0);
     for (int32_t d = 0; d < topology.devices(); ++d) {
-      OrderRemoteTiles(d, remote[d]);
       tile_.insert(tile_.end(), remote[d].begin(), remote[d].end());
       begin_.push_back(static_cast<int32_t>(tile_.size()));
     }
+    flops_.reserve(tile_.size());
+    seconds_.reserve(tile_.size());
     for (int32_t c : tile_) {
       flops_.push_back(Flops(c));
       seconds_.push_back(Seconds(c));
     }
-    FindFirstReads();
     for (size_t block = 0; block < blocks.data_blocks.size(); ++block) {
       const NetBytes bytes =
           NetBytesOf(blocks.data_blocks[block], blocks.shape, blocks.head_groups);
       piece_bytes_.push_back(static_cast<double>(bytes.row_fwd));
       piece_bytes_.push_back(static_cast<double>(bytes.column_fwd));
     }
-    FindFetchSeconds();
+    FindFirstReads();
   }
 
   bool HasRemoteWork() const { return !tile_.empty(); }
@@ -262,49 +264,29 @@ class DivisionScheduler {
            topology_.NodeOf(DeviceId{Owner(cb.kv_block)}) != node;
   }
 
-  // first_reads_: every remote read sorted by (piece, node, device, slot), the first of each
-  // (piece, device). Reads are made in (device, slot) order, which is (node, device, slot) order,
-  // and placed stably by piece (a counting sort by PieceIndex: block, head group, side).
+  // first_reads_: the first slot of each device that reads each remote piece, ordered by piece,
+  // then node, then device (devices are numbered node by node: a stable counting sort by
+  // PieceIndex of the reads found device by device). And fetch_seconds_ for every slot: the time
+  // to move the pieces it is the first of its device's slots to read, at the device's share of
+  // its node's network for pieces from other nodes (AssignHiding fills divisions by it).
   void FindFirstReads() {
-    std::vector<int32_t> start(2 * blocks_.data_blocks.size() * blocks_.head_groups + 1, 0);
-    std::vector<Use> made;
-    for (int32_t d = 0; d < topology_.devices(); ++d) {
-      for (int32_t slot = begin_[d]; slot < begin_[d + 1]; ++slot) {
-        const ComputeBlock& cb = blocks_.compute_blocks[tile_[slot]];
-        for (auto [side, block] :
-             {std::pair{Side::kRow, cb.q_block}, std::pair{Side::kColumn, cb.kv_block}}) {
-          if (Owner(block) == d) continue;
-          made.push_back({{block.value, cb.head_group, side}, d, slot});
-          ++start[PieceIndex(made.back().piece) + 1];
-        }
-      }
-    }
-    for (size_t i = 1; i < start.size(); ++i) start[i] += start[i - 1];
-    std::vector<Use> uses(made.size());
-    for (const Use& use : made) uses[start[PieceIndex(use.piece)]++] = use;
-    for (size_t i = 0; i < uses.size(); ++i) {
-      if (i == 0 || uses[i].piece != uses[i - 1].piece || uses[i].device != uses[i - 1].device) {
-        first_reads_.push_back(uses[i]);
-      }
-    }
-  }
-
-  // fetch_seconds_ for every slot: the time to move the inputs its tile is the first of its
-  // device's tiles (in slot order) to read, at the device's share of its node's network for
-  // inputs from other nodes. AssignHiding fills divisions by it.
-  void FindFetchSeconds() {
+    const size_t n_pieces = 2 * blocks_.data_blocks.size() * blocks_.head_groups;
+    std::vector<int32_t> read_by(n_pieces, 0);  // d + 1 once device d has read the piece
+    std::vector<int32_t> start(n_pieces + 1, 0);
+    std::vector<Use> found;
     fetch_seconds_.assign(tile_.size(), 0);
     const double inter_per_device = options_.inter_node_bytes_per_s / topology_.devices_per_node;
-    // fetched[PieceIndex(piece)] == d + 1 once device d fetches the piece.
-    std::vector<int32_t> fetched(2 * blocks_.data_blocks.size() * blocks_.head_groups, 0);
     for (int32_t d = 0; d < topology_.devices(); ++d) {
       for (int32_t slot = begin_[d]; slot < begin_[d + 1]; ++slot) {
         const ComputeBlock& cb = blocks_.compute_blocks[tile_[slot]];
         for (auto [side, block] :
              {std::pair{Side::kRow, cb.q_block}, std::pair{Side::kColumn, cb.kv_block}}) {
-          const size_t piece = PieceIndex({block.value, cb.head_group, side});
-          if (Owner(block) == d || fetched[piece] == d + 1) continue;
-          fetched[piece] = d + 1;
+          const PieceSide piece{block.value, cb.head_group, side};
+          const size_t index = PieceIndex(piece);
+          if (Owner(block) == d || read_by[index] == d + 1) continue;
+          read_by[index] = d + 1;
+          found.push_back({piece, d, slot});
+          ++start[index + 1];
           const bool inter =
               topology_.NodeOf(DeviceId{Owner(block)}) != topology_.NodeOf(DeviceId{d});
           fetch_seconds_[slot] += PieceBytes(block.value, side) /
@@ -312,6 +294,9 @@ class DivisionScheduler {
         }
       }
     }
+    for (size_t i = 1; i < start.size(); ++i) start[i] += start[i - 1];
+    first_reads_.resize(found.size());
+    for (const Use& use : found) first_reads_[start[PieceIndex(use.piece)]++] = use;
   }
 
   // Forward bytes of one side of a data block's piece for one head group.
@@ -352,7 +337,7 @@ class DivisionScheduler {
   std::vector<int32_t> begin_;         // per device, and one past the last
   std::vector<int64_t> flops_;         // per slot: forward + backward FLOPs
   std::vector<double> seconds_;        // per slot: Seconds(tile)
-  std::vector<double> fetch_seconds_;  // per slot (FindFetchSeconds)
+  std::vector<double> fetch_seconds_;  // per slot (FindFirstReads)
   std::vector<Use> first_reads_;     // per (piece, device) read remotely: its first slot reading it
   std::vector<double> piece_bytes_;  // forward bytes of (data block, side): 2 * block + side
 };
