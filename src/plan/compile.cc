@@ -31,6 +31,7 @@
 #include <algorithm>
 #include <map>
 #include <span>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -118,8 +119,9 @@ std::vector<TensorKind> SideTensors(Pass pass, Side side) {
 
 class Compiler {
  public:
+  // The per-device parts of the plan-wide tables are found on `threads` threads.
   Compiler(const Batch& batch, const BlockSet& blocks, const Placement& placement,
-           const Schedule& schedule, const Topology& topology)
+           const Schedule& schedule, const Topology& topology, int32_t threads)
       : batch_(batch),
         blocks_(blocks),
         placement_(placement),
@@ -137,16 +139,18 @@ class Compiler {
       tiles_[Index(placement.compute_device[c].value, schedule.compute_division[c])].push_back(c);
     }
     if (schedule.carry_gradients) PlanCarries();
-    const std::vector<LastTile> last_backward = LastTiles(Pass::kBackward);
+    const std::vector<LastTile> last_backward = LastTiles(Pass::kBackward, threads);
     if (schedule.reduce_in_node) PlanNodeSums(last_backward);
     carries_of_ = CarriesOf(carries_);
     last_sums_of_ = CarriesOf(last_sums_);
     for (Pass pass : {Pass::kForward, Pass::kBackward}) {
-      PlanReturns(pass, pass == Pass::kBackward ? last_backward : LastTiles(pass));
+      PlanReturns(pass, pass == Pass::kBackward ? last_backward : LastTiles(pass, threads));
       returns_of_[static_cast<int>(pass)] = CarriesOf(returns_[static_cast<int>(pass)]);
       std::vector<std::pair<int32_t, Key>>& incoming = incoming_[static_cast<int>(pass)];
+      const std::vector<std::vector<Key>> partials =
+          PerDevice(threads, [&](int32_t d) { return PartialKeys(d, pass); });
       for (int32_t d = 0; d < topology.devices(); ++d) {
-        for (const Key& key : PartialKeys(d, pass)) incoming.push_back({d, key});
+        for (const Key& key : partials[d]) incoming.push_back({d, key});
       }
       // By owner, each in (sender, key) order: the order the owner posts its receives in.
       std::stable_sort(incoming.begin(), incoming.end(), [this](const auto& a, const auto& b) {
@@ -244,7 +248,15 @@ class Compiler {
   // ((device, key), the division of the device's last tile adding to the key's partial), in
   // (device, key) order.
   using LastTile = std::pair<std::pair<int32_t, Key>, int32_t>;
-  std::vector<LastTile> LastTiles(Pass pass) const;
+  std::vector<LastTile> LastTiles(Pass pass, int32_t threads) const;
+  // f(d) for every device d, on `threads` threads.
+  template <typename F>
+  std::vector<std::invoke_result_t<const F&, int32_t>> PerDevice(int32_t threads,
+                                                                 const F& f) const {
+    std::vector<std::invoke_result_t<const F&, int32_t>> out(topology_.devices());
+    internal::ParallelFor(topology_.devices(), threads, [&](int32_t d) { out[d] = f(d); });
+    return out;
+  }
   void PlanCarries();
   void PlanNodeSums(const std::vector<LastTile>& last_backward);
   void PlanReturns(Pass pass, const std::vector<LastTile>& last);
@@ -297,20 +309,23 @@ class Compiler {
   std::vector<std::pair<int32_t, Key>> incoming_[2];
 };
 
-std::vector<Compiler::LastTile> Compiler::LastTiles(Pass pass) const {
-  std::vector<LastTile> last;
-  std::unordered_map<Key, int32_t, KeyHash> latest;  // a device's keys: its last tile's division
-  std::vector<std::pair<Key, int32_t>> sorted;
-  for (int32_t d = 0; d < topology_.devices(); ++d) {
-    latest.clear();
+std::vector<Compiler::LastTile> Compiler::LastTiles(Pass pass, int32_t threads) const {
+  // A device's keys, each with its last tile's division, by key.
+  const auto of_device = [&](int32_t d) {
+    std::unordered_map<Key, int32_t, KeyHash> latest;
     for (int32_t t = 0; t < schedule_.n_divisions; ++t) {  // ascending, so the last one stays
       for (int32_t c : tiles_[Index(d, t)]) {
         ForEachResultKey(blocks_.compute_blocks[c], pass, [&](const Key& key) { latest[key] = t; });
       }
     }
-    sorted.assign(latest.begin(), latest.end());
+    std::vector<std::pair<Key, int32_t>> sorted(latest.begin(), latest.end());
     std::sort(sorted.begin(), sorted.end());
-    for (const auto& [key, division] : sorted) last.push_back({{d, key}, division});
+    return sorted;
+  };
+  std::vector<LastTile> last;
+  const auto per_device = PerDevice(threads, of_device);
+  for (int32_t d = 0; d < topology_.devices(); ++d) {
+    for (const auto& [key, division] : per_device[d]) last.push_back({{d, key}, division});
   }
   return last;
 }
@@ -758,7 +773,7 @@ Result<Plan> CompilePlan(const Batch& batch, const BlockSet& blocks, const Place
   for (const ComputeBlock& c : blocks.compute_blocks) {
     plan.compute_blocks.push_back({c.q_block, c.kv_block, c.head_group, c.area});
   }
-  const Compiler compiler(batch, blocks, placement, schedule, topology);
+  const Compiler compiler(batch, blocks, placement, schedule, topology, threads);
   plan.forward.resize(topology.devices());
   plan.backward.resize(topology.devices());
   internal::ParallelFor(topology.devices(), threads, [&](int32_t d) {
