@@ -722,6 +722,7 @@ Status WritePlanFile(const Plan& plan, const std::string& path) {
   });
   EncodePayload(w, plan);
   w.Flush();
+  if (!file) return Status::NotFound(fmt::format("cannot write '{}'", path));
   if (!file.seekp(0)) {
     return Status::NotFound(
         fmt::format("cannot go back to the header of '{}' (not a regular file?)", path));

@@ -506,6 +506,10 @@ TEST(WritePlanFile, APathThatCannotBeWrittenIsNotFoundNamingIt) {
   const Status s = WritePlanFile(FixturePlan(), directory);
   EXPECT_EQ(s.code(), StatusCode::kNotFound);
   EXPECT_THAT(s.message(), HasSubstr(directory));
+  // A device that takes no bytes: the write fails, and says so (not that it could not seek).
+  const Status full = WritePlanFile(PlanOfManyMegabytes(), "/dev/full");
+  EXPECT_EQ(full.code(), StatusCode::kNotFound);
+  EXPECT_THAT(full.message(), HasSubstr("cannot write '/dev/full'"));
 }
 
 // ---------------------------------------------------------------------------------------------
