@@ -123,10 +123,21 @@ struct PlanOptions {
   // programs) must stay within it: candidates above it are skipped, and when none fits planning
   // fails (InvalidArgument naming the smallest peak among the candidates tried).
   int64_t memory_budget_bytes = 0;
+  // The memory planning itself may take: dcp's own passes refuse a batch whose blocks they
+  // estimate to need more (InvalidArgument naming the tiles and the estimate, before placement
+  // allocates for them), where it would otherwise be killed for memory. 0: 80% of this machine's
+  // physical memory. One pass holds about kPlanningBytesPerTile per tile at its peak.
+  int64_t max_planning_bytes = 0;
 
   // InvalidArgument naming the field when a value is out of range.
   Status Validate() const;
 };
+
+// What one pass of dcp's pipeline holds per tile at its peak (the end of compilation: the tile's
+// compute block in the blocks and in the plan, its forward and backward tiles, placement,
+// schedule and the compiler's tables), measured as peak RSS over tiles: 166 bytes at 16M tokens on
+// 128x8, 178 at 8M on 64x8 (bench/RESULTS.md, "Planning at cluster scale").
+inline constexpr int64_t kPlanningBytesPerTile = 166;
 
 // Options that plan in one pass of dcp's own pipeline, nothing tuned: this topology and block
 // size, the default tolerances (PartitionOptions), no other strategies.

@@ -52,40 +52,42 @@ int64_t TileBound(const Mask& mask, int64_t block_size) {
   return bound;
 }
 
-// Appends the compute blocks of one sequence. Areas are computed once per tile and shared by the
-// head groups.
+// Appends the compute blocks of one sequence: those of head group 0, then copies of them for the
+// other groups (areas are computed once per tile, and no list of the tiles is held beside them:
+// one long sequence can have a hundred million).
 void AddComputeBlocks(const Mask& mask, SequenceId sequence, int32_t first_block,
                       int64_t block_size, const BlockingOptions& options, BlockSet* set) {
   const int64_t length = mask.length();
   const int64_t n_blocks = (length + block_size - 1) / block_size;
   std::vector<const Slice*> slices;
   std::vector<std::pair<int64_t, int64_t>> ranges;
-
-  struct Tile {
-    int64_t q, kv, area;
-  };
-  std::vector<Tile> tiles;
+  std::vector<ComputeBlock>& out = set->compute_blocks;
+  const size_t first = out.size();
   for (int64_t i = 0; i < n_blocks; ++i) {
     const int64_t u = i * block_size, v = std::min(length, u + block_size);
     TouchedKvBlocks(mask, u, v, block_size, &slices, &ranges);
-    for (const auto& [first, last] : ranges) {
-      for (int64_t j = first; j < last; ++j) {
+    for (const auto& [first_kv, last_kv] : ranges) {
+      for (int64_t j = first_kv; j < last_kv; ++j) {
         const int64_t k0 = j * block_size, k1 = std::min(length, k0 + block_size);
         int64_t area = 0;
         for (const Slice* s : slices) area += SliceArea(*s, u, v, k0, k1);
-        if (area > 0) tiles.push_back({i, j, area});
+        if (area == 0) continue;
+        out.push_back(ComputeBlock{
+            .sequence = sequence,
+            .head_group = 0,
+            .q_block = DataBlockId{first_block + static_cast<int32_t>(i)},
+            .kv_block = DataBlockId{first_block + static_cast<int32_t>(j)},
+            .area = area,
+        });
       }
     }
   }
-  for (int32_t g = 0; g < options.head_groups; ++g) {
-    for (const Tile& t : tiles) {
-      set->compute_blocks.push_back(ComputeBlock{
-          .sequence = sequence,
-          .head_group = g,
-          .q_block = DataBlockId{first_block + static_cast<int32_t>(t.q)},
-          .kv_block = DataBlockId{first_block + static_cast<int32_t>(t.kv)},
-          .area = t.area,
-      });
+  const size_t end = out.size();
+  for (int32_t g = 1; g < options.head_groups; ++g) {
+    for (size_t k = first; k < end; ++k) {
+      ComputeBlock copy = out[k];
+      copy.head_group = g;
+      out.push_back(copy);
     }
   }
 }

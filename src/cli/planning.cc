@@ -37,6 +37,10 @@ void AddPlannerOptions(CLI::App& app, PlannerArgs& args) {
                  "Bytes of buffers each device may hold at its peak (0: no budget); candidates "
                  "above it are skipped")
       ->capture_default_str();
+  app.add_option("--max-planning-memory", args.max_planning_memory,
+                 "Bytes planning itself may take (0: 80% of this machine's memory); a batch whose "
+                 "tiles would need more is refused before placement")
+      ->capture_default_str();
   app.add_option("--read-partition", args.read_partition,
                  "Plan this placement instead of dcp's own: a partition file as `dcp place "
                  "--write-partition` or an hMETIS-format partitioner writes it, for the blocks of "
@@ -131,6 +135,7 @@ Result<PlanOptions> PlanOptionsFromArgs(const BatchArgs& batch_args, const Place
   options.tuning.max_candidates = planner.max_candidates;
   options.tuning.other_strategies = !planner.dcp_only;
   options.memory_budget_bytes = planner.memory_budget;
+  options.max_planning_bytes = planner.max_planning_memory;
   DCP_RETURN_IF_ERROR(options.Validate());
   return options;
 }

@@ -26,6 +26,7 @@ struct PlannerArgs {
   int32_t max_candidates = TuningOptions{}.max_candidates;
   bool dcp_only = false;           // no static layouts among the candidates
   int64_t memory_budget = 0;       // bytes of buffers per device; 0: none
+  int64_t max_planning_memory = 0;  // bytes planning may take; 0: 80% of this machine's memory
   std::string read_partition;      // a placement file to plan as given; empty: dcp places
 };
 

@@ -5,6 +5,7 @@
 #include "dcp/planner.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -66,6 +67,31 @@ Status CheckMemoryBudget(const Plan& plan, int64_t budget) {
 Status ScheduleAndCompile(const Batch& batch, const PlanOptions& options, int32_t divisions,
                           PlannedBatch* out, const PlanningMonitor* reports = nullptr);
 
+// 80% of this machine's physical memory (no limit when it cannot be read).
+int64_t DefaultPlanningMemoryLimit() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_bytes <= 0) return std::numeric_limits<int64_t>::max();
+  return static_cast<int64_t>(0.8 * static_cast<double>(pages) * static_cast<double>(page_bytes));
+}
+
+// Refuses blocks that one pass cannot plan within options.max_planning_bytes, before placement
+// allocates for them.
+Status CheckPlanningMemory(const BlockSet& blocks, const PlanOptions& options) {
+  const int64_t limit =
+      options.max_planning_bytes > 0 ? options.max_planning_bytes : DefaultPlanningMemoryLimit();
+  const auto tiles = static_cast<int64_t>(blocks.compute_blocks.size());
+  if (tiles <= limit / kPlanningBytesPerTile) return Status::Ok();
+  const auto readable = [](int64_t bytes) {
+    const double gib = static_cast<double>(bytes) / (1 << 30);
+    return gib >= 0.1 ? fmt::format("{:.1f} GiB", gib) : fmt::format("{} bytes", bytes);
+  };
+  return Status::InvalidArgument(fmt::format(
+      "planning {} tiles (blocks of {} tokens) needs about {}, more than the {} allowed "
+      "(PlanOptions.max_planning_bytes, --max-planning-memory; by default 80% of this machine's "
+      "memory): use larger blocks (--block-size) or a smaller batch",
+      tiles, blocks.block_size, readable(tiles * kPlanningBytesPerTile), readable(limit)));
+}
+
 // One pass of the pipeline with block size (or its heuristic) and tolerances pinned. Its phases
 // are reported to options.monitor when it is the whole planning (not one of several candidates).
 Result<PlannedBatch> PlanOnce(const Batch& batch, const PlanOptions& options,
@@ -85,6 +111,7 @@ Result<PlannedBatch> PlanOnce(const Batch& batch, const PlanOptions& options,
     blocking.block_size = choice.block_size;
   }
   DCP_ASSIGN_OR_RETURN(out.blocks, MakeBlocks(batch, blocking));
+  DCP_RETURN_IF_ERROR(CheckPlanningMemory(out.blocks, options));
   out.ms.blocking = watch.Lap();
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
   PartitionOptions partition = options.partition;
@@ -105,6 +132,7 @@ Result<PlannedBatch> PlanGiven(const Batch& batch, const PlanOptions& options) {
   DCP_ASSIGN_OR_RETURN(out.blocks, MakeBlocks(batch, BlockingOptions{.block_size = options.block_size,
                                                                      .head_groups =
                                                                          options.head_groups}));
+  DCP_RETURN_IF_ERROR(CheckPlanningMemory(out.blocks, options));
   out.ms.blocking = watch.Lap();
   const Placement& given = *options.placement;
   if (given.data_device.size() != out.blocks.data_blocks.size() ||
@@ -613,6 +641,12 @@ Status PlanOptions::Validate() const {
   if (memory_budget_bytes < 0) {
     return Status::InvalidArgument(fmt::format(
         "PlanOptions.memory_budget_bytes {} must be >= 0 (0: no budget)", memory_budget_bytes));
+  }
+  if (max_planning_bytes < 0) {
+    return Status::InvalidArgument(
+        fmt::format("PlanOptions.max_planning_bytes {} must be >= 0 (0: 80% of this machine's "
+                    "memory)",
+                    max_planning_bytes));
   }
   return Status::Ok();
 }

@@ -485,6 +485,18 @@ TEST(CliPlan, RejectsABadDivisionCount) {
   EXPECT_NE(r9.err.find("divisions=17"), std::string::npos) << r9.err;
 }
 
+// A batch whose tiles planning could not hold within --max-planning-memory is refused, naming
+// them (one 4096-token causal sequence in blocks of 256: 136 tiles).
+TEST(CliPlan, RefusesABatchAboveThePlanningMemoryLimit) {
+  const CliRun r = RunDcp({"plan", "--seqlens", "4096", "--block-size", "256", "--dcp-only",
+                           "--max-planning-memory", "1000"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("planning 136 tiles (blocks of 256 tokens)"), std::string::npos) << r.err;
+  const CliRun fits = RunDcp({"plan", "--seqlens", "4096", "--block-size", "256", "--dcp-only",
+                              "--max-planning-memory", "1000000"});
+  EXPECT_EQ(fits.exit_code, 0) << fits.err;
+}
+
 TEST(CliPlan, DumpsEveryProgram) {
   const CliRun r = RunDcp(
       {"plan", "--seqlens", "3000,1000", "--topology", "1x2", "--block-size", "1024", "--dump"});

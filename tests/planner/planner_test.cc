@@ -416,6 +416,29 @@ TEST(PlanBatch, RefusesAPlanAboveTheMemoryBudgetNamingTheDevice) {
       << refused.status().ToString();
 }
 
+// A batch whose tiles one pass cannot plan within max_planning_bytes is refused before placement,
+// naming its tiles; at exactly what they need it plans.
+TEST(PlanBatch, RefusesTilesThatWouldNeedMoreThanThePlanningMemoryLimit) {
+  const Batch batch = TestBatch();
+  const auto with_limit = [&](int64_t limit) {
+    return PlanBatch(batch, On2x4([&](PlanOptions& o) {
+                       Pin(o, 512);
+                       o.max_planning_bytes = limit;
+                     }));
+  };
+  auto unlimited = with_limit(0);
+  ASSERT_TRUE(unlimited.ok()) << unlimited.status().ToString();
+  const auto tiles = static_cast<int64_t>(unlimited->plan.compute_blocks.size());
+  EXPECT_TRUE(with_limit(tiles * kPlanningBytesPerTile).ok());
+  auto refused = with_limit(tiles * kPlanningBytesPerTile - 1);
+  ASSERT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find(
+                fmt::format("planning {} tiles (blocks of 512 tokens)", tiles)),
+            std::string::npos)
+      << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("max_planning_bytes"), std::string::npos);
+}
+
 // Tuning under a budget keeps only candidates within it, and with none within it names the
 // smallest peak it saw.
 TEST(PlanBatch, TuningSkipsCandidatesAboveTheMemoryBudget) {
@@ -569,6 +592,7 @@ TEST(PlanBatch, RejectsBadOptionsNamingThem) {
   const std::vector<std::pair<PlanOptions, const char*>> cases = {
       {On2x4([](PlanOptions& o) { o.threads = 0; }), "threads"},
       {On2x4([](PlanOptions& o) { o.memory_budget_bytes = -1; }), "memory_budget_bytes"},
+      {On2x4([](PlanOptions& o) { o.max_planning_bytes = -1; }), "max_planning_bytes"},
       {On2x4([](PlanOptions& o) { o.block_size = -4; }), "block_size"},
       {On2x4([](PlanOptions& o) { o.tuning.block_sizes = {0}; }), "tuning.block_sizes"},
       {On2x4([](PlanOptions& o) {
