@@ -126,7 +126,9 @@ struct PlanOptions {
   // The memory planning itself may take: dcp's own passes refuse a batch whose blocks they
   // estimate to need more (InvalidArgument naming the tiles and the estimate, before placement
   // allocates for them), where it would otherwise be killed for memory. 0: 80% of this machine's
-  // physical memory. One pass holds about kPlanningBytesPerTile per tile at its peak.
+  // physical memory. One pass holds about kPlanningBytesPerTile per tile at its peak; when
+  // candidates are tuned, each of dcp's own gets an equal share with the others planned at once
+  // and the best kept so far (threads + 1 shares).
   int64_t max_planning_bytes = 0;
 
   // InvalidArgument naming the field when a value is out of range.

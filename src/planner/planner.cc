@@ -280,10 +280,17 @@ std::vector<Candidate> CandidatesOf(const Batch& batch, const PlanOptions& optio
       }
     }
   }
-  // Several candidates are planned on the threads at once, each on one.
+  // Several candidates are planned on the threads at once, each on one, with the best so far kept
+  // beside them: each of dcp's own gets that share of the planning memory.
   if (candidates.size() > 1) {
+    const int64_t limit =
+        options.max_planning_bytes > 0 ? options.max_planning_bytes : DefaultPlanningMemoryLimit();
+    const int64_t at_once =
+        std::min<int64_t>(options.threads, static_cast<int64_t>(candidates.size())) + 1;
     for (Candidate& c : candidates) {
-      if (c.own) c.own->threads = 1;
+      if (!c.own) continue;
+      c.own->threads = 1;
+      c.own->max_planning_bytes = std::max<int64_t>(1, limit / at_once);
     }
   }
   return candidates;

@@ -439,6 +439,30 @@ TEST(PlanBatch, RefusesTilesThatWouldNeedMoreThanThePlanningMemoryLimit) {
   EXPECT_NE(refused.status().message().find("max_planning_bytes"), std::string::npos);
 }
 
+// Tuned candidates share the planning memory: with two threads each of dcp's own gets a third of
+// it (two at once and the best kept).
+TEST(PlanBatch, TunedCandidatesShareThePlanningMemory) {
+  const Batch batch = TestBatch();
+  auto pinned = PlanBatch(batch, On2x4([](PlanOptions& o) { Pin(o, 512); }));
+  ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
+  const int64_t needs =
+      static_cast<int64_t>(pinned->plan.compute_blocks.size()) * kPlanningBytesPerTile;
+  const auto tuned = [&](int64_t limit) {
+    return PlanBatch(batch, On2x4([&](PlanOptions& o) {
+                       o.block_size = 512;
+                       o.tuning.other_strategies = false;
+                       o.tuning.head_groups = {};
+                       o.threads = 2;
+                       o.max_planning_bytes = limit;
+                     }));
+  };
+  EXPECT_TRUE(tuned(3 * needs).ok());
+  auto refused = tuned(3 * needs - 3);
+  ASSERT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("planning"), std::string::npos)
+      << refused.status().ToString();
+}
+
 // Tuning under a budget keeps only candidates within it, and with none within it names the
 // smallest peak it saw.
 TEST(PlanBatch, TuningSkipsCandidatesAboveTheMemoryBudget) {
