@@ -73,6 +73,7 @@ def plan(
     max_candidates: int = 12,
     threads: int = 1,
     memory_budget_bytes: int = 0,
+    max_planning_bytes: int = 0,
     seed: int = 0,
     partitioner: str = "builtin",
 ) -> Plan:
@@ -103,6 +104,8 @@ def plan(
         threads: threads planning candidates at once; the result does not depend on it.
         memory_budget_bytes: when > 0, the most buffer bytes a device may need; candidates above
             it are skipped.
+        max_planning_bytes: the memory planning itself may take (0: 80% of this machine's); a
+            batch whose tiles would need more is refused (ValueError) instead of being killed.
         seed: placement seed; the same inputs and seed give the same plan.
         partitioner: ``"builtin"`` or ``"zoltan"`` (when built with Zoltan).
 
@@ -126,6 +129,7 @@ def plan(
         max_candidates,
         threads,
         memory_budget_bytes,
+        max_planning_bytes,
         seed,
         partitioner,
     )

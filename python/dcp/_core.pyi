@@ -114,6 +114,7 @@ def plan(
     max_candidates: int,
     threads: int,
     memory_budget_bytes: int,
+    max_planning_bytes: int,
     seed: int,
     partitioner: str,
 ) -> Plan: ...

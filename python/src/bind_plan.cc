@@ -82,7 +82,8 @@ PyPlan PlanBatchNoGil(const Batch& batch, const std::string& topology, int64_t b
                       std::optional<std::vector<int64_t>> candidate_block_sizes,
                       std::optional<std::vector<std::pair<double, double>>> candidate_tolerances,
                       bool other_strategies, int32_t max_candidates, int32_t threads,
-                      int64_t memory_budget_bytes, uint64_t seed, const std::string& partitioner) {
+                      int64_t memory_budget_bytes, int64_t max_planning_bytes, uint64_t seed,
+                      const std::string& partitioner) {
   PlanOptions options;
   options.topology = ValueOrThrow(Topology::Parse(topology));
   options.cluster = ClusterFrom(cluster);
@@ -94,6 +95,7 @@ PyPlan PlanBatchNoGil(const Batch& batch, const std::string& topology, int64_t b
   options.divisions = divisions;
   options.threads = threads;
   options.memory_budget_bytes = memory_budget_bytes;
+  options.max_planning_bytes = max_planning_bytes;
   options.partition.partitioner = ValueOrThrow(ParsePartitionerKind(partitioner));
   options.partition.eps_memory = eps_memory;
   options.partition.seed = seed;
@@ -300,7 +302,8 @@ programs are; hash() is the same on every rank holding the same plan. Immutable.
         py::arg("divisions"), py::arg("division_choice"), py::arg("cluster"),
         py::arg("candidate_block_sizes"), py::arg("candidate_tolerances"),
         py::arg("other_strategies"), py::arg("max_candidates"), py::arg("threads"),
-        py::arg("memory_budget_bytes"), py::arg("seed"), py::arg("partitioner"),
+        py::arg("memory_budget_bytes"), py::arg("max_planning_bytes"), py::arg("seed"),
+        py::arg("partitioner"),
         "The library planner (dcp::PlanBatch); see dcp.plan.");
 
   m.def(

@@ -147,6 +147,8 @@ def test_baselines_plan_the_batch(batch):
         (dict(threads=0), "threads"),
         (dict(partitioner="metis"), "metis"),
         (dict(memory_budget_bytes=1), "memory"),
+        (dict(max_planning_bytes=-1), "max_planning_bytes"),
+        (dict(max_planning_bytes=100, other_strategies=False), "planning .* tiles"),
     ],
 )
 def test_bad_plan_options_raise_value_error(batch, kwargs, message):
