@@ -16,6 +16,7 @@ lengths grow with --scale.
 Standard library only; prints a markdown table (and the commands) to stdout, progress to stderr.
 """
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -33,6 +34,15 @@ SERIES = [
     (16777216, 64, "128x8", 1024, 30.0, 2),
 ]
 PINNED = ["--dcp-only", "--divisions", "auto"]
+
+
+def digest(path):
+    """SHA-256 of a file, read in pieces (a 16M-token plan file is 2.7 GB)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for piece in iter(lambda: f.read(1 << 24), b""):
+            h.update(piece)
+    return h.hexdigest()
 
 
 def plan(dcp, tokens, scale, topology, block, threads, eps, out):
@@ -76,8 +86,7 @@ def main():
                       file=sys.stderr, flush=True)
                 j, wall, rss, cpu, command = plan(args.dcp, tokens, scale, topology, block,
                                                   threads, args.eps, out)
-                with open(out, "rb") as f:
-                    plans[threads] = f.read()
+                plans[threads] = digest(out)
                 rows.append(dict(tokens=tokens, topology=topology, block=block, threads=threads,
                                  tiles=j["compute_blocks"], ms=j["planning_ms"], wall=wall,
                                  cpu=cpu, rss=rss, fwd=j["fwd"], bwd=j["bwd"],
