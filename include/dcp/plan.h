@@ -236,9 +236,9 @@ Result<Plan> CompilePlan(const Batch& batch, const BlockSet& blocks, const Place
 // Serialization (docs/plan_format.md): little-endian, magic "DCPPLAN\0", format version, payload
 // length and a checksum of the payload. Encoding cannot fail.
 void EncodePlan(const Plan& plan, std::string* out);
-// Writes EncodePlan's bytes to the regular file at `path` (created or truncated) without holding
-// them in memory: a plan of millions of tiles encodes to gigabytes. NotFound names the path when
-// it cannot be opened, written, or sought back to its header (a pipe).
+// Writes EncodePlan's bytes to the file at `path` (created or truncated; a pipe or a terminal
+// too) without holding them in memory: a plan of millions of tiles encodes to gigabytes. NotFound
+// names the path when it cannot be opened or written.
 Status WritePlanFile(const Plan& plan, const std::string& path);
 // The part of `plan` one device needs: header tables plus that device's two programs.
 Plan PlanPartForDevice(const Plan& plan, DeviceId device);

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -695,13 +696,19 @@ class PayloadHash {
 
 }  // namespace
 
-void EncodePlan(const Plan& plan, std::string* out) {
-  // The header comes first but depends on the whole payload: a first pass hashes it (and sizes
-  // the output, so a large plan's string grows once).
+// The payload's hash and length, from a pass that keeps none of it.
+PayloadHash HashPayload(const Plan& plan) {
   PayloadHash hash;
   Writer digest([&](std::string_view piece) { hash.Add(piece); });
   EncodePayload(digest, plan);
   digest.Flush();
+  return hash;
+}
+
+void EncodePlan(const Plan& plan, std::string* out) {
+  // The header comes first but depends on the whole payload: a first pass hashes it (and sizes
+  // the output, so a large plan's string grows once).
+  const PayloadHash hash = HashPayload(plan);
   *out = hash.Header();
   out->reserve(out->size() + hash.bytes());
   Writer w([out](std::string_view piece) { out->append(piece); });
@@ -710,24 +717,38 @@ void EncodePlan(const Plan& plan, std::string* out) {
 }
 
 Status WritePlanFile(const Plan& plan, const std::string& path) {
-  // One pass: the payload is hashed as it is written after a placeholder header, which is then
-  // overwritten (files of gigabytes are written at about 1 GB/s, as fast as they are encoded).
+  // A file (or a path not there yet) is written in one pass: the payload is hashed as it goes out
+  // after a placeholder header, which is then overwritten (files of gigabytes are written at about
+  // 1 GB/s, as fast as they are encoded). A pipe or a terminal (`-o /dev/stdout`) cannot go back
+  // to its header: the header is sent first, from a pass that only hashes the payload.
+  std::error_code error;
+  const bool seekable =
+      !std::filesystem::exists(path, error) || std::filesystem::is_regular_file(path, error);
   std::ofstream file(path, std::ios::binary | std::ios::trunc);
   if (!file) return Status::NotFound(fmt::format("cannot open '{}' for writing", path));
-  PayloadHash hash;
-  file << std::string(kPlanHeaderBytes, '\0');
-  Writer w([&](std::string_view piece) {
-    hash.Add(piece);
+  const auto send = [&](std::string_view piece) {
     file.write(piece.data(), static_cast<std::streamsize>(piece.size()));
-  });
-  EncodePayload(w, plan);
-  w.Flush();
-  if (!file) return Status::NotFound(fmt::format("cannot write '{}'", path));
-  if (!file.seekp(0)) {
-    return Status::NotFound(
-        fmt::format("cannot go back to the header of '{}' (not a regular file?)", path));
+  };
+  if (seekable) {
+    PayloadHash hash;
+    send(std::string(kPlanHeaderBytes, '\0'));
+    Writer w([&](std::string_view piece) {
+      hash.Add(piece);
+      send(piece);
+    });
+    EncodePayload(w, plan);
+    w.Flush();
+    if (!file) return Status::NotFound(fmt::format("cannot write '{}'", path));
+    if (!file.seekp(0)) {
+      return Status::NotFound(fmt::format("cannot go back to the header of '{}'", path));
+    }
+    send(hash.Header());
+  } else {
+    send(HashPayload(plan).Header());
+    Writer w(send);
+    EncodePayload(w, plan);
+    w.Flush();
   }
-  file << hash.Header();
   file.close();
   if (!file) return Status::NotFound(fmt::format("cannot write '{}'", path));
   return Status::Ok();

@@ -9,17 +9,21 @@
 // message.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <random>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -499,6 +503,24 @@ TEST(WritePlanFile, WritesTheEncodedBytesOfAPlanOfManyMegabytes) {
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
   EXPECT_TRUE(*decoded == plan);
   std::remove(path.c_str());
+}
+
+// A pipe cannot go back to the header: it gets the same bytes, the header first.
+TEST(WritePlanFile, WritesThePlanIntoAPipe) {
+  const Plan plan = PlanOfManyMegabytes();
+  const std::string path = ::testing::TempDir() + "/write_plan_file_test.fifo";
+  std::remove(path.c_str());
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  std::string received;
+  std::thread reader([&] {
+    std::ifstream in(path, std::ios::binary);
+    received.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  });
+  const Status s = WritePlanFile(plan, path);
+  reader.join();
+  std::remove(path.c_str());
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(received == Encode(plan));
 }
 
 TEST(WritePlanFile, APathThatCannotBeWrittenIsNotFoundNamingIt) {
