@@ -696,12 +696,17 @@ class PayloadHash {
 
 }  // namespace
 
+// Encodes the payload into `sink`, piece by piece.
+void StreamPayload(const Plan& plan, Writer::Sink sink) {
+  Writer w(std::move(sink));
+  EncodePayload(w, plan);
+  w.Flush();
+}
+
 // The payload's hash and length, from a pass that keeps none of it.
 PayloadHash HashPayload(const Plan& plan) {
   PayloadHash hash;
-  Writer digest([&](std::string_view piece) { hash.Add(piece); });
-  EncodePayload(digest, plan);
-  digest.Flush();
+  StreamPayload(plan, [&](std::string_view piece) { hash.Add(piece); });
   return hash;
 }
 
@@ -711,9 +716,7 @@ void EncodePlan(const Plan& plan, std::string* out) {
   const PayloadHash hash = HashPayload(plan);
   *out = hash.Header();
   out->reserve(out->size() + hash.bytes());
-  Writer w([out](std::string_view piece) { out->append(piece); });
-  EncodePayload(w, plan);
-  w.Flush();
+  StreamPayload(plan, [out](std::string_view piece) { out->append(piece); });
 }
 
 Status WritePlanFile(const Plan& plan, const std::string& path) {
@@ -732,12 +735,10 @@ Status WritePlanFile(const Plan& plan, const std::string& path) {
   if (seekable) {
     PayloadHash hash;
     send(std::string(kPlanHeaderBytes, '\0'));
-    Writer w([&](std::string_view piece) {
+    StreamPayload(plan, [&](std::string_view piece) {
       hash.Add(piece);
       send(piece);
     });
-    EncodePayload(w, plan);
-    w.Flush();
     if (!file) return Status::NotFound(fmt::format("cannot write '{}'", path));
     if (!file.seekp(0)) {
       return Status::NotFound(fmt::format("cannot go back to the header of '{}'", path));
@@ -745,9 +746,7 @@ Status WritePlanFile(const Plan& plan, const std::string& path) {
     send(hash.Header());
   } else {
     send(HashPayload(plan).Header());
-    Writer w(send);
-    EncodePayload(w, plan);
-    w.Flush();
+    StreamPayload(plan, send);
   }
   file.close();
   if (!file) return Status::NotFound(fmt::format("cannot write '{}'", path));

@@ -67,8 +67,10 @@ Status CheckMemoryBudget(const Plan& plan, int64_t budget) {
 Status ScheduleAndCompile(const Batch& batch, const PlanOptions& options, int32_t divisions,
                           PlannedBatch* out, const PlanningMonitor* reports = nullptr);
 
-// 80% of this machine's physical memory (no limit when it cannot be read).
-int64_t DefaultPlanningMemoryLimit() {
+// options.max_planning_bytes, or when it is 0, 80% of this machine's physical memory (no limit
+// when that cannot be read).
+int64_t PlanningMemoryLimit(const PlanOptions& options) {
+  if (options.max_planning_bytes > 0) return options.max_planning_bytes;
   const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGESIZE);
   if (pages <= 0 || page_bytes <= 0) return std::numeric_limits<int64_t>::max();
   return static_cast<int64_t>(0.8 * static_cast<double>(pages) * static_cast<double>(page_bytes));
@@ -77,8 +79,7 @@ int64_t DefaultPlanningMemoryLimit() {
 // Refuses blocks that one pass cannot plan within options.max_planning_bytes, before placement
 // allocates for them.
 Status CheckPlanningMemory(const BlockSet& blocks, const PlanOptions& options) {
-  const int64_t limit =
-      options.max_planning_bytes > 0 ? options.max_planning_bytes : DefaultPlanningMemoryLimit();
+  const int64_t limit = PlanningMemoryLimit(options);
   const auto tiles = static_cast<int64_t>(blocks.compute_blocks.size());
   if (tiles <= limit / kPlanningBytesPerTile) return Status::Ok();
   const auto readable = [](int64_t bytes) {
@@ -283,8 +284,7 @@ std::vector<Candidate> CandidatesOf(const Batch& batch, const PlanOptions& optio
   // Several candidates are planned on the threads at once, each on one, with the best so far kept
   // beside them: each of dcp's own gets that share of the planning memory.
   if (candidates.size() > 1) {
-    const int64_t limit =
-        options.max_planning_bytes > 0 ? options.max_planning_bytes : DefaultPlanningMemoryLimit();
+    const int64_t limit = PlanningMemoryLimit(options);
     const int64_t at_once =
         std::min<int64_t>(options.threads, static_cast<int64_t>(candidates.size())) + 1;
     for (Candidate& c : candidates) {
