@@ -15,6 +15,7 @@
 // slots, sizes or counts changed, or an instruction, tile, op or message entry dropped, repeated
 // or moved, then encoded. That gives ValidatePlan and SimulatePlan well-formed plans that are
 // wrong in one place.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -130,13 +131,17 @@ void CollectFields(Program& p, IntFields& f) {
   for (Instruction& inst : p.instructions) {
     if (auto* a = std::get_if<BlockwiseAttention>(&inst)) {
       f.Add(&a->division);
+      for (AttentionRow& r : a->rows) {
+        for (SlotId* slot : {&r.q, &r.out, &r.lse, &r.d_o, &r.delta, &r.dq}) f.Add(slot);
+      }
+      for (AttentionColumn& c : a->columns) {
+        for (SlotId* slot : {&c.kv, &c.dkv}) f.Add(slot);
+      }
       for (AttentionTile& t : a->tiles) {
         f.Add(&t.block);
-        for (SlotId* slot : {&t.q, &t.kv, &t.out, &t.lse, &t.d_o, &t.delta, &t.dq, &t.dkv}) {
-          f.Add(slot);
-        }
+        for (int32_t* index : {&t.row, &t.column, &t.first_slice, &t.n_slices}) f.Add(index);
       }
-      f.Add(&a->slices);  // a tile's range is not a field: the encoder requires it inside
+      f.Add(&a->slices);
     } else if (auto* r = std::get_if<BlockwiseReduction>(&inst)) {
       for (ReductionOp& op : r->ops) {
         f.Add(&op.destination);
@@ -239,15 +244,23 @@ bool EditProgram(Program& p, std::mt19937_64& rng) {
   Instruction& inst = p.instructions[rng() % p.instructions.size()];
   if (auto* a = std::get_if<BlockwiseAttention>(&inst)) {
     if (a->tiles.empty() || rng() % 2 == 0) return EditList(a->tiles, rng);
-    // One tile's mask edited: the call is rebuilt from every tile's mask, as a decoder builds it.
+    if (!std::ranges::all_of(a->tiles, [&](const AttentionTile& t) { return a->Holds(t); })) {
+      return false;
+    }
+    // One tile's mask edited: the call is rebuilt from every tile's mask, as the compiler builds
+    // it.
     std::vector<std::vector<Slice>> masks;
     for (const AttentionTile& t : a->tiles) {
       const std::span<const Slice> mask = a->SlicesOf(t);
       masks.emplace_back(mask.begin(), mask.end());
     }
     if (!EditList(masks[rng() % masks.size()], rng)) return false;
-    BlockwiseAttention rebuilt{.pass = a->pass, .division = a->division};
-    for (size_t i = 0; i < masks.size(); ++i) rebuilt.AddTile(a->tiles[i], masks[i]);
+    BlockwiseAttention rebuilt{
+        .pass = a->pass, .division = a->division, .rows = a->rows, .columns = a->columns};
+    for (size_t i = 0; i < masks.size(); ++i) {
+      const AttentionTile& t = a->tiles[i];
+      rebuilt.AddTile(t.block, t.row, t.column, masks[i]);
+    }
     *a = std::move(rebuilt);
     return true;
   }

@@ -9,11 +9,12 @@
 // Semantics, instruction by instruction (the validator checks all of them):
 //  - BlockwiseReduction with no sources sets its destination to the identity: O = 0, LSE = -inf,
 //    dQ = dKV = 0. Every accumulator is initialised this way before its first use.
-//  - BlockwiseAttention runs all its tiles as one fused call. Forward: each tile merges its result
-//    into its (out, lse) accumulators by log-sum-exp, in fp32. Backward: each tile adds its dQ and
-//    dKV contributions into its (dq, dkv) accumulators, in fp32. A tile's mask is a range of its
-//    call's slices, in tile coordinates (row 0 is the q block's first token, column 0 the kv
-//    block's first token).
+//  - BlockwiseAttention runs all its tiles as one fused call. A tile reads the slots of its row
+//    (a q piece) and its column (a kv piece). Forward: each tile merges its result into its row's
+//    (out, lse) accumulators by log-sum-exp, in fp32. Backward: each tile adds its dQ and dKV
+//    contributions into its row's dq and its column's dkv accumulators, in fp32. A tile's mask is a
+//    range of its call's slices, in tile coordinates (row 0 is the q block's first token, column 0
+//    the kv block's first token).
 //  - BlockwiseReduction with sources writes reduce(sources) into the destination: kLseMerge merges
 //    (O, LSE) pairs (the O slots are listed, the LSE slots are paired positionally in lse_sources
 //    and lse_destination); kSum adds; kDelta writes Delta = rowsum(O * dO) from sources [O, dO].
@@ -27,9 +28,9 @@
 //    add into the same accumulator (a kernel must not race on it). The ops of one
 //    BlockwiseReduction or BlockwiseCopy are independent: none writes a slot another reads or
 //    writes (an op may write into one of its own sources).
-//  - Slot references a tile or op does not use are -1: forward tiles leave d_o, delta, dq and dkv
-//    unset, backward tiles leave out unset; kSum and kDelta ops leave lse_destination unset. The
-//    slices of one tile never overlap.
+//  - Slot references a call or op does not use are -1: forward rows leave d_o, delta and dq unset
+//    and forward columns dkv, backward rows leave out unset; kSum and kDelta ops leave
+//    lse_destination unset. The slices of one tile never overlap.
 //  - A message entry carries the leading bytes of its slot that hold its piece's tokens (a
 //    sequence's last block, or a baseline's shorter chunk, moves only what it has).
 //    The encoding of a plan replaces the contents of its output string.
@@ -90,12 +91,27 @@ struct Binding {
   friend bool operator==(const Binding&, const Binding&) = default;
 };
 
+// The slots of one q piece that a call's tiles read and accumulate into. Forward: q, and the
+// (out, lse) accumulators. Backward: q, d_o, lse, delta, and the dq accumulator; out is unset.
+struct AttentionRow {
+  SlotId q = -1;
+  SlotId out = -1, lse = -1;
+  SlotId d_o = -1, delta = -1, dq = -1;
+  friend bool operator==(const AttentionRow&, const AttentionRow&) = default;
+};
+
+// The slots of one kv piece: kv, and backward the dkv accumulator.
+struct AttentionColumn {
+  SlotId kv = -1;
+  SlotId dkv = -1;
+  friend bool operator==(const AttentionColumn&, const AttentionColumn&) = default;
+};
+
+// A tile names its slots by a row and a column of its call (a call has millions of tiles but few
+// pieces: a tile of 20 bytes rather than one of 44 that repeats its pieces' slots).
 struct AttentionTile {
   ComputeBlockId block;  // the compute block this tile is
-  SlotId q = -1, kv = -1;
-  SlotId out = -1, lse = -1;  // forward accumulators
-  SlotId d_o = -1, delta = -1, dq = -1,
-         dkv = -1;  // backward inputs (with q, kv, lse) and accumulators
+  int32_t row = 0, column = 0;
   // The mask inside the tile, in tile coordinates: slices [first_slice, first_slice + n_slices)
   // of its BlockwiseAttention (BlockwiseAttention::SlicesOf).
   int32_t first_slice = 0, n_slices = 0;
@@ -105,23 +121,31 @@ struct AttentionTile {
 struct BlockwiseAttention {
   Pass pass = Pass::kForward;
   int32_t division = 0;
+  std::vector<AttentionRow> rows = {};
+  std::vector<AttentionColumn> columns = {};
   std::vector<AttentionTile> tiles = {};
   // The tiles' masks, one array for the call rather than a heap block per tile (a plan has
   // millions of tiles). Tiles with the same mask may share a range.
   std::vector<Slice> slices = {};
 
-  // Whether the tile's range lies inside `slices`.
-  bool HoldsSlicesOf(const AttentionTile& tile) const {
-    return tile.first_slice >= 0 && tile.n_slices >= 0 &&
+  // Whether the tile's row, column and range of slices exist (ValidatePlan and DecodePlan check
+  // it for every tile).
+  bool Holds(const AttentionTile& tile) const {
+    return tile.row >= 0 && static_cast<size_t>(tile.row) < rows.size() && tile.column >= 0 &&
+           static_cast<size_t>(tile.column) < columns.size() && tile.first_slice >= 0 &&
+           tile.n_slices >= 0 &&
            static_cast<size_t>(tile.first_slice) + static_cast<size_t>(tile.n_slices) <=
                slices.size();
   }
-  // REQUIRES: HoldsSlicesOf(tile) (ValidatePlan and DecodePlan check it).
+  // REQUIRES: Holds(tile), for these three.
+  const AttentionRow& RowOf(const AttentionTile& tile) const { return rows[tile.row]; }
+  const AttentionColumn& ColumnOf(const AttentionTile& tile) const { return columns[tile.column]; }
   std::span<const Slice> SlicesOf(const AttentionTile& tile) const {
     return std::span<const Slice>(slices).subspan(tile.first_slice, tile.n_slices);
   }
-  // Appends a tile whose mask is `mask`, sharing the previous tile's range when it is the same.
-  void AddTile(AttentionTile tile, std::span<const Slice> mask);
+  // Appends a tile of rows[row] x columns[column] whose mask is `mask`, sharing the previous
+  // tile's range of slices when it is the same.
+  void AddTile(ComputeBlockId block, int32_t row, int32_t column, std::span<const Slice> mask);
   friend bool operator==(const BlockwiseAttention&, const BlockwiseAttention&) = default;
 };
 

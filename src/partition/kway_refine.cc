@@ -140,11 +140,13 @@ bool KwayEngine::FmPass() {
 
 // (gain, vertex) of the best move of every vertex of the subset that has one. Each is a function
 // of the state alone, so pieces of the subset are priced on problem_.threads threads: the same
-// list, hence the same heap (its keys are distinct), on any thread count.
+// list, hence the same heap (its keys are distinct), on any thread count. One list, written in
+// place and compacted: the first level's subset is every tile of the batch.
 std::vector<std::pair<int64_t, int32_t>> KwayEngine::FirstGains() const {
   constexpr size_t kPiece = 4096;
+  constexpr int32_t kNoMove = -1;
   const size_t n_pieces = (subset_.size() + kPiece - 1) / kPiece;
-  std::vector<std::vector<std::pair<int64_t, int32_t>>> pieces(n_pieces);
+  std::vector<std::pair<int64_t, int32_t>> gains(subset_.size());
   ParallelFor(static_cast<int32_t>(n_pieces), problem_.threads, [&](int32_t i) {
     CandidateScratch scratch{.seen = std::vector<uint32_t>(k_, 0)};
     std::vector<int32_t> candidates;
@@ -152,11 +154,10 @@ std::vector<std::pair<int64_t, int32_t>> KwayEngine::FirstGains() const {
     const size_t end = std::min(subset_.size(), (i + 1) * kPiece);
     for (size_t j = i * kPiece; j < end; ++j) {
       const int64_t gain = BestMove(subset_[j], &candidates, &to, &scratch);
-      if (to >= 0) pieces[i].emplace_back(gain, subset_[j]);
+      gains[j] = {gain, to >= 0 ? subset_[j] : kNoMove};
     }
   });
-  std::vector<std::pair<int64_t, int32_t>> gains;
-  for (const auto& piece : pieces) gains.insert(gains.end(), piece.begin(), piece.end());
+  std::erase_if(gains, [](const std::pair<int64_t, int32_t>& g) { return g.second == kNoMove; });
   return gains;
 }
 

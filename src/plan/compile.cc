@@ -128,16 +128,13 @@ class Compiler {
         schedule_(schedule),
         topology_(topology),
         types_(blocks.shape, blocks.block_size, blocks.head_groups) {
-    tiles_.resize(topology.devices() * static_cast<size_t>(schedule.n_divisions));
     transfers_.resize(TransferIndex(topology.devices(), 0, 0));
     for (const Transfer& t : schedule.transfers) {
       for (DeviceId d : {t.source, t.destination}) {
         transfers_[TransferIndex(d.value, t.division, t.phase)].push_back(&t);
       }
     }
-    for (int32_t c = 0; c < static_cast<int32_t>(blocks.compute_blocks.size()); ++c) {
-      tiles_[Index(placement.compute_device[c].value, schedule.compute_division[c])].push_back(c);
-    }
+    GroupTiles();
     if (schedule.carry_gradients) PlanCarries();
     const std::vector<LastTile> last_backward = LastTiles(Pass::kBackward, threads);
     if (schedule.reduce_in_node) PlanNodeSums(last_backward);
@@ -297,7 +294,28 @@ class Compiler {
   const Schedule& schedule_;
   const Topology& topology_;
   SlotTypes types_;
-  std::vector<std::vector<int32_t>> tiles_;  // per (device, division): compute blocks
+  // The compute blocks of each (device, division), ascending: tiles_[tiles_begin_[Index(d, t)]
+  // .. tiles_begin_[Index(d, t) + 1]) (one array: a plan has millions of tiles).
+  std::vector<int32_t> tiles_;
+  std::vector<size_t> tiles_begin_;
+  std::span<const int32_t> TilesOf(int32_t device, int32_t division) const {
+    const size_t i = Index(device, division);
+    return std::span<const int32_t>(tiles_).subspan(tiles_begin_[i],
+                                                    tiles_begin_[i + 1] - tiles_begin_[i]);
+  }
+  // Fills tiles_ and tiles_begin_ by a counting sort of the compute blocks.
+  void GroupTiles() {
+    const auto n = static_cast<int32_t>(blocks_.compute_blocks.size());
+    const auto bucket = [&](int32_t c) {
+      return Index(placement_.compute_device[c].value, schedule_.compute_division[c]);
+    };
+    tiles_begin_.assign(topology_.devices() * static_cast<size_t>(schedule_.n_divisions) + 1, 0);
+    for (int32_t c = 0; c < n; ++c) ++tiles_begin_[bucket(c) + 1];
+    for (size_t i = 1; i < tiles_begin_.size(); ++i) tiles_begin_[i] += tiles_begin_[i - 1];
+    std::vector<size_t> next(tiles_begin_.begin(), tiles_begin_.end() - 1);
+    tiles_.resize(n);
+    for (int32_t c = 0; c < n; ++c) tiles_[next[bucket(c)]++] = c;
+  }
   // Per (device, division, phase): the transfers the device sends or receives (TransferIndex).
   std::vector<std::vector<const Transfer*>> transfers_;
   std::vector<Carry> carries_;     // sorted: partials sent on in A launches (ring, node sums)
@@ -314,7 +332,7 @@ std::vector<Compiler::LastTile> Compiler::LastTiles(Pass pass, int32_t threads) 
   const auto of_device = [&](int32_t d) {
     std::unordered_map<Key, int32_t, KeyHash> latest;
     for (int32_t t = 0; t < schedule_.n_divisions; ++t) {  // ascending, so the last one stays
-      for (int32_t c : tiles_[Index(d, t)]) {
+      for (int32_t c : TilesOf(d, t)) {
         ForEachResultKey(blocks_.compute_blocks[c], pass, [&](const Key& key) { latest[key] = t; });
       }
     }
@@ -581,29 +599,45 @@ SlotId Compiler::Accumulator(State& st, BlockwiseReduction& init, Key key) const
 void Compiler::Compute(State& st, DeviceId device, Pass pass, int32_t division) const {
   BlockwiseReduction init_lse{.kind = ReductionKind::kLseMerge, .ops = {}};
   BlockwiseReduction init_sum{.kind = ReductionKind::kSum, .ops = {}};
-  BlockwiseAttention attention{.pass = pass, .division = division, .tiles = {}, .slices = {}};
-  const std::vector<int32_t>& tiles = tiles_[Index(device.value, division)];
+  BlockwiseAttention attention{.pass = pass, .division = division};
+  const std::span<const int32_t> tiles = TilesOf(device.value, division);
   attention.tiles.reserve(tiles.size());
+  // The call's row of each q piece and column of each kv piece, by the piece's Q or KV key.
+  std::unordered_map<Key, int32_t, KeyHash> index_of;
+  const auto row_of = [&](int32_t q, int32_t g) {
+    const auto [it, inserted] =
+        index_of.emplace(Key{q, g, TensorKind::kQ}, static_cast<int32_t>(attention.rows.size()));
+    if (!inserted) return it->second;
+    AttentionRow row{.q = st.have.at({q, g, TensorKind::kQ})};
+    if (pass == Pass::kForward) {
+      row.out = Accumulator(st, init_lse, {q, g, TensorKind::kO});
+      row.lse = st.accumulator.at({q, g, TensorKind::kLse});
+    } else {
+      row.d_o = st.have.at({q, g, TensorKind::kDO});
+      row.lse = st.have.at({q, g, TensorKind::kLse});
+      row.delta = st.have.at({q, g, TensorKind::kDelta});
+      row.dq = Accumulator(st, init_sum, {q, g, TensorKind::kDQ});
+    }
+    attention.rows.push_back(row);
+    return it->second;
+  };
+  const auto column_of = [&](int32_t kv, int32_t g) {
+    const auto [it, inserted] = index_of.emplace(Key{kv, g, TensorKind::kKV},
+                                                 static_cast<int32_t>(attention.columns.size()));
+    if (!inserted) return it->second;
+    AttentionColumn column{.kv = st.have.at({kv, g, TensorKind::kKV})};
+    if (pass == Pass::kBackward) column.dkv = Accumulator(st, init_sum, {kv, g, TensorKind::kDKV});
+    attention.columns.push_back(column);
+    return it->second;
+  };
   std::vector<Slice> mask;
   for (int32_t c : tiles) {
     const ComputeBlock& cb = blocks_.compute_blocks[c];
     const int32_t q = cb.q_block.value, kv = cb.kv_block.value, g = cb.head_group;
-    AttentionTile tile{.block = ComputeBlockId{c},
-                       .q = st.have.at({q, g, TensorKind::kQ}),
-                       .kv = st.have.at({kv, g, TensorKind::kKV})};
-    if (pass == Pass::kForward) {
-      tile.out = Accumulator(st, init_lse, {q, g, TensorKind::kO});
-      tile.lse = st.accumulator.at({q, g, TensorKind::kLse});
-    } else {
-      tile.d_o = st.have.at({q, g, TensorKind::kDO});
-      tile.lse = st.have.at({q, g, TensorKind::kLse});
-      tile.delta = st.have.at({q, g, TensorKind::kDelta});
-      tile.dq = Accumulator(st, init_sum, {q, g, TensorKind::kDQ});
-      tile.dkv = Accumulator(st, init_sum, {kv, g, TensorKind::kDKV});
-    }
+    const int32_t row = row_of(q, g), column = column_of(kv, g);
     TileSlices(batch_.masks()[cb.sequence.value], blocks_.data_blocks[q], blocks_.data_blocks[kv],
                &mask);
-    attention.AddTile(tile, mask);
+    attention.AddTile(ComputeBlockId{c}, row, column, mask);
   }
   if (!init_lse.ops.empty()) st.builder.Emit(std::move(init_lse));
   if (!init_sum.ops.empty()) st.builder.Emit(std::move(init_sum));
@@ -615,7 +649,7 @@ void Compiler::Compute(State& st, DeviceId device, Pass pass, int32_t division) 
 std::vector<Compiler::Key> Compiler::PartialKeys(int32_t device, Pass pass) const {
   std::vector<Key> keys;
   for (int32_t t = 0; t < schedule_.n_divisions; ++t) {
-    for (int32_t c : tiles_[Index(device, t)]) {
+    for (int32_t c : TilesOf(device, t)) {
       ForEachResultKey(blocks_.compute_blocks[c], pass,
                        [&](const Key& key) { keys.push_back(key); });
     }

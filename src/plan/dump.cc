@@ -17,13 +17,20 @@ struct Printer {
     fmt::format_to(std::back_inserter(out), "BlockwiseAttention {} division {}: {} tiles\n",
                    ToString(a.pass), a.division, a.tiles.size());
     for (const AttentionTile& t : a.tiles) {
-      fmt::format_to(std::back_inserter(out), "      compute block {}: q {} kv {}", t.block.value,
-                     t.q, t.kv);
+      fmt::format_to(std::back_inserter(out), "      compute block {}: ", t.block.value);
+      if (!a.Holds(t)) {
+        fmt::format_to(std::back_inserter(out), "row {} column {} (not in the call)\n", t.row,
+                       t.column);
+        continue;
+      }
+      const AttentionRow& r = a.RowOf(t);
+      const AttentionColumn& c = a.ColumnOf(t);
+      fmt::format_to(std::back_inserter(out), "q {} kv {}", r.q, c.kv);
       if (a.pass == Pass::kForward) {
-        fmt::format_to(std::back_inserter(out), " -> out {} lse {}", t.out, t.lse);
+        fmt::format_to(std::back_inserter(out), " -> out {} lse {}", r.out, r.lse);
       } else {
-        fmt::format_to(std::back_inserter(out), " dO {} lse {} delta {} -> dq {} dkv {}", t.d_o,
-                       t.lse, t.delta, t.dq, t.dkv);
+        fmt::format_to(std::back_inserter(out), " dO {} lse {} delta {} -> dq {} dkv {}", r.d_o,
+                       r.lse, r.delta, r.dq, c.dkv);
       }
       fmt::format_to(std::back_inserter(out), ", {} slices\n", t.n_slices);
     }

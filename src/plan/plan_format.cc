@@ -68,7 +68,9 @@ constexpr size_t kMinProgramBytes = 21;
 constexpr size_t kMinSlotInfoBytes = 10;
 constexpr size_t kMinBindingBytes = 13;
 constexpr size_t kMinInstructionBytes = 5;
-constexpr size_t kMinTileBytes = 40;
+constexpr size_t kMinRowBytes = 24;
+constexpr size_t kMinColumnBytes = 8;
+constexpr size_t kMinTileBytes = 20;
 constexpr size_t kMinSliceBytes = 34;
 constexpr size_t kMinReductionOpBytes = 16;
 constexpr size_t kMinCopyOpBytes = 8;
@@ -261,12 +263,9 @@ void Encode(Writer& w, const Slice& s) {
           static_cast<uint8_t>(s.hi.slope));
 }
 
-void Encode(Writer& w, const BlockwiseAttention& a, const AttentionTile& t) {
-  DCP_CHECK(a.HoldsSlicesOf(t),
-            "tile of compute block {}: slices [{}, {} + {}) are not within the call's {}",
-            t.block.value, t.first_slice, t.first_slice, t.n_slices, a.slices.size());
-  w.Write(t.block.value, t.q, t.kv, t.out, t.lse, t.d_o, t.delta, t.dq, t.dkv);
-  w.List(a.SlicesOf(t), [&](const Slice& s) { Encode(w, s); });
+// A tile's indices are written as they are: the decoder checks that they are in the call.
+void Encode(Writer& w, const AttentionTile& t) {
+  w.Write(t.block.value, t.row, t.column, t.first_slice, t.n_slices);
 }
 
 void EncodeSlots(Writer& w, const std::vector<SlotId>& slots) {
@@ -275,7 +274,10 @@ void EncodeSlots(Writer& w, const std::vector<SlotId>& slots) {
 
 void Encode(Writer& w, const BlockwiseAttention& a) {
   w.Write(static_cast<uint8_t>(a.pass), a.division);
-  w.List(a.tiles, [&](const AttentionTile& t) { Encode(w, a, t); });
+  w.List(a.rows, [&](const AttentionRow& r) { w.Write(r.q, r.out, r.lse, r.d_o, r.delta, r.dq); });
+  w.List(a.columns, [&](const AttentionColumn& c) { w.Write(c.kv, c.dkv); });
+  w.List(a.slices, [&](const Slice& s) { Encode(w, s); });
+  w.List(a.tiles, [&](const AttentionTile& t) { Encode(w, t); });
 }
 
 void Encode(Writer& w, const ReductionOp& op) {
@@ -383,49 +385,59 @@ Status DecodeDType(uint8_t code, DType* dtype) {
   return Status::Corrupt(fmt::format("dtype code {} is not in [0, 1]", code));
 }
 
-// `rows`: tokens of the tile's q block; the slice's rows must lie inside the tile.
-Status Decode(Reader& r, int64_t rows, Slice* s) {
+Status Decode(Reader& r, Slice* s) {
   uint8_t lo_slope = 0, hi_slope = 0;
   DCP_RETURN_IF_ERROR(
       r.Read(&s->row_begin, &s->row_end, &s->lo.base, &lo_slope, &s->hi.base, &hi_slope));
   s->lo.slope = lo_slope;
   s->hi.slope = hi_slope;
-  return AsCorrupt(internal::CheckSlice(*s, rows));
+  // Rows are checked against each tile's q block where a tile names the slice (CheckTile).
+  return AsCorrupt(internal::CheckSlice(*s, kMaxSequenceLength));
 }
 
-// A tile's slots: the ones its pass reads or accumulates into are required, the others optional.
-Status CheckTileSlots(const ProgramScope& scope, Pass pass, const AttentionTile& t) {
+// A row's and a column's slots: the ones their pass reads or accumulates into are required, the
+// others optional.
+Status CheckRowSlots(const ProgramScope& scope, Pass pass, const AttentionRow& row) {
   const SlotUse forward = pass == Pass::kForward ? SlotUse::kRequired : SlotUse::kOptional;
   const SlotUse backward = pass == Pass::kBackward ? SlotUse::kRequired : SlotUse::kOptional;
   const struct {
     std::string_view field;
     SlotId slot;
     SlotUse use;
-  } fields[] = {{"q", t.q, SlotUse::kRequired}, {"kv", t.kv, SlotUse::kRequired},
-                {"out", t.out, forward},        {"lse", t.lse, SlotUse::kRequired},
-                {"d_o", t.d_o, backward},       {"delta", t.delta, backward},
-                {"dq", t.dq, backward},         {"dkv", t.dkv, backward}};
+  } fields[] = {{"q", row.q, SlotUse::kRequired},     {"out", row.out, forward},
+                {"lse", row.lse, SlotUse::kRequired}, {"d_o", row.d_o, backward},
+                {"delta", row.delta, backward},       {"dq", row.dq, backward}};
   for (const auto& f : fields) DCP_RETURN_IF_ERROR(CheckSlot(scope, f.slot, f.field, f.use));
   return Status::Ok();
 }
 
-// Decodes a tile and appends it to *a (its slices to a's, shared with the previous tile's when
-// they are the same); *mask is scratch.
-Status DecodeTile(Reader& r, const ProgramScope& scope, BlockwiseAttention* a,
-                  std::vector<Slice>* mask) {
-  AttentionTile t;
-  DCP_RETURN_IF_ERROR(
-      r.Read(&t.block.value, &t.q, &t.kv, &t.out, &t.lse, &t.d_o, &t.delta, &t.dq, &t.dkv));
+Status CheckColumnSlots(const ProgramScope& scope, Pass pass, const AttentionColumn& column) {
+  DCP_RETURN_IF_ERROR(CheckSlot(scope, column.kv, "kv", SlotUse::kRequired));
+  return CheckSlot(scope, column.dkv, "dkv",
+                   pass == Pass::kBackward ? SlotUse::kRequired : SlotUse::kOptional);
+}
+
+// A tile's compute block, row, column and slices exist, and its slices' rows lie inside its q
+// block. `previous` is the call's tile before it, whose slices were checked already.
+Status CheckTile(const ProgramScope& scope, const BlockwiseAttention& a, const AttentionTile& t,
+                 const AttentionTile* previous) {
   DCP_RETURN_IF_ERROR(CheckIndex(t.block.value, scope.plan.compute_blocks.size(), "compute block"));
-  DCP_RETURN_IF_ERROR(CheckTileSlots(scope, a->pass, t));
-  const DataBlockId q_block = scope.plan.compute_blocks[t.block.value].q_block;
-  const int64_t rows = scope.plan.blocks[q_block.value].tokens;
-  DCP_RETURN_IF_ERROR(
-      r.List(kMinSliceBytes, "slice", mask, [&](Slice* s) { return Decode(r, rows, s); }));
-  DCP_RETURN_IF_ERROR(
-      Require(a->slices.size() + mask->size() <= std::numeric_limits<int32_t>::max(),
-              "more than {} slices in one attention call", std::numeric_limits<int32_t>::max()));
-  a->AddTile(t, *mask);
+  DCP_RETURN_IF_ERROR(CheckIndex(t.row, a.rows.size(), "row"));
+  DCP_RETURN_IF_ERROR(CheckIndex(t.column, a.columns.size(), "column"));
+  DCP_RETURN_IF_ERROR(Require(a.Holds(t), "slices [{}, {} + {}) are not within the call's {}",
+                              t.first_slice, t.first_slice, t.n_slices, a.slices.size()));
+  const int64_t rows =
+      scope.plan.blocks[scope.plan.compute_blocks[t.block.value].q_block.value].tokens;
+  if (previous != nullptr && previous->first_slice == t.first_slice &&
+      previous->n_slices == t.n_slices &&
+      rows == scope.plan.blocks[scope.plan.compute_blocks[previous->block.value].q_block.value]
+                  .tokens) {
+    return Status::Ok();  // the previous tile's slices, on as many rows
+  }
+  const std::span<const Slice> slices = a.SlicesOf(t);
+  for (size_t i = 0; i < slices.size(); ++i) {
+    DCP_RETURN_IF_ERROR(Within(AsCorrupt(internal::CheckSlice(slices[i], rows)), "slice {}", i));
+  }
   return Status::Ok();
 }
 
@@ -433,14 +445,26 @@ Status Decode(Reader& r, const ProgramScope& scope, BlockwiseAttention* a) {
   DCP_RETURN_IF_ERROR(r.Enum(Pass::kBackward, "pass", &a->pass));
   DCP_RETURN_IF_ERROR(r.Read(&a->division));
   DCP_RETURN_IF_ERROR(AsCorrupt(internal::CheckDivision(a->division, scope.plan.n_divisions)));
-  uint32_t n = 0;
-  DCP_RETURN_IF_ERROR(r.Count(kMinTileBytes, "tile", &n));
-  a->tiles.reserve(n);
-  std::vector<Slice> mask;
-  for (uint32_t i = 0; i < n; ++i) {
-    DCP_RETURN_IF_ERROR(Within(DecodeTile(r, scope, a, &mask), "tile {}", i));
-  }
-  return Status::Ok();
+  const auto decode_row = [&](AttentionRow* row) {
+    DCP_RETURN_IF_ERROR(r.Read(&row->q, &row->out, &row->lse, &row->d_o, &row->delta, &row->dq));
+    return CheckRowSlots(scope, a->pass, *row);
+  };
+  const auto decode_column = [&](AttentionColumn* c) {
+    DCP_RETURN_IF_ERROR(r.Read(&c->kv, &c->dkv));
+    return CheckColumnSlots(scope, a->pass, *c);
+  };
+  DCP_RETURN_IF_ERROR(r.List(kMinRowBytes, "row", &a->rows, decode_row));
+  DCP_RETURN_IF_ERROR(r.List(kMinColumnBytes, "column", &a->columns, decode_column));
+  DCP_RETURN_IF_ERROR(
+      r.List(kMinSliceBytes, "slice", &a->slices, [&](Slice* s) { return Decode(r, s); }));
+  DCP_RETURN_IF_ERROR(Require(a->slices.size() <= std::numeric_limits<int32_t>::max(),
+                              "more than {} slices in one attention call",
+                              std::numeric_limits<int32_t>::max()));
+  return r.List(kMinTileBytes, "tile", &a->tiles, [&](AttentionTile* t) {
+    DCP_RETURN_IF_ERROR(
+        r.Read(&t->block.value, &t->row, &t->column, &t->first_slice, &t->n_slices));
+    return CheckTile(scope, *a, *t, t == a->tiles.data() ? nullptr : t - 1);
+  });
 }
 
 Status Decode(Reader& r, const ProgramScope& scope, ReductionKind kind, ReductionOp* op) {

@@ -13,7 +13,7 @@ namespace dcp::internal {
 // The 8 bytes every plan file starts with, the NUL included.
 inline constexpr std::string_view kPlanMagic{"DCPPLAN\0", 8};
 // The version this build writes and the only one it reads.
-inline constexpr uint32_t kPlanFormatVersion = 3;
+inline constexpr uint32_t kPlanFormatVersion = 4;
 // Magic (8), version (uint32), payload length (uint64), payload checksum (uint64).
 inline constexpr size_t kPlanHeaderBytes = 28;
 // Where the header fields start.

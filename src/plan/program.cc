@@ -41,14 +41,18 @@ std::string_view ToString(ReductionKind kind) {
   return "unknown";
 }
 
-void BlockwiseAttention::AddTile(AttentionTile tile, std::span<const Slice> mask) {
+void BlockwiseAttention::AddTile(ComputeBlockId block, int32_t row, int32_t column,
+                                 std::span<const Slice> mask) {
+  AttentionTile tile{.block = block,
+                     .row = row,
+                     .column = column,
+                     .first_slice = static_cast<int32_t>(slices.size()),
+                     .n_slices = static_cast<int32_t>(mask.size())};
   if (!tiles.empty() && std::ranges::equal(SlicesOf(tiles.back()), mask)) {
     tile.first_slice = tiles.back().first_slice;
   } else {
-    tile.first_slice = static_cast<int32_t>(slices.size());
     slices.insert(slices.end(), mask.begin(), mask.end());
   }
-  tile.n_slices = static_cast<int32_t>(mask.size());
   tiles.push_back(tile);
 }
 

@@ -50,8 +50,13 @@ void ForEachSlot(Instruction& instruction, Fn&& fn) {
   struct Visitor {
     Fn& fn;
     void operator()(BlockwiseAttention& a) {
-      for (AttentionTile& t : a.tiles) {
-        for (SlotId* s : {&t.q, &t.kv, &t.out, &t.lse, &t.d_o, &t.delta, &t.dq, &t.dkv}) {
+      for (AttentionRow& r : a.rows) {
+        for (SlotId* s : {&r.q, &r.out, &r.lse, &r.d_o, &r.delta, &r.dq}) {
+          if (*s >= 0) fn(*s);
+        }
+      }
+      for (AttentionColumn& c : a.columns) {
+        for (SlotId* s : {&c.kv, &c.dkv}) {
           if (*s >= 0) fn(*s);
         }
       }

@@ -132,14 +132,9 @@ Status CheckSlices(std::span<const Slice> slices, int64_t q_tokens, int64_t kv_t
   return Status::Ok();
 }
 
-// Checks that a tile's range of its call's slices exists and that the slices are its mask's.
+// Checks that a tile's slices are its mask's (the call holds the tile's range: Holds).
 Status CheckTileSlices(const Plan& plan, const BlockwiseAttention& attention,
                        const AttentionTile& tile) {
-  if (!attention.HoldsSlicesOf(tile)) {
-    return Status::InvalidArgument(
-        fmt::format("slices [{}, {} + {}) are not within the call's {} slices", tile.first_slice,
-                    tile.first_slice, tile.n_slices, attention.slices.size()));
-  }
   const PlanComputeBlock& cb = plan.compute_blocks[tile.block.value];
   return CheckSlices(attention.SlicesOf(tile), plan.blocks[cb.q_block.value].tokens,
                      plan.blocks[cb.kv_block.value].tokens, cb.area);
@@ -235,8 +230,11 @@ class PassValidator {
   Status CheckOutputs() const;
 
   Status Execute(SymbolicDevice& dev, const BlockwiseAttention& attention);
-  Status ForwardTile(SymbolicDevice& dev, const AttentionTile& tile);
-  Status BackwardTile(SymbolicDevice& dev, const AttentionTile& tile);
+  Status CheckRowsAndColumns(const SymbolicDevice& dev, const BlockwiseAttention& attention) const;
+  Status ForwardTile(SymbolicDevice& dev, const AttentionTile& tile, const AttentionRow& row,
+                     const AttentionColumn& column);
+  Status BackwardTile(SymbolicDevice& dev, const AttentionTile& tile, const AttentionRow& row,
+                      const AttentionColumn& column);
   Status Execute(SymbolicDevice& dev, const BlockwiseReduction& reduction);
   Status LseMerge(SymbolicDevice& dev, const ReductionOp& op);
   Status Sum(SymbolicDevice& dev, const ReductionOp& op);
@@ -592,43 +590,74 @@ Status PassValidator::Union(const std::vector<const Content*>& sources, std::vec
 
 // ---- BlockwiseAttention -----------------------------------------------------------------------
 
+// Checks that every row and column names a slot for each field its pass uses, and -1 for the
+// others (a row or column no tile uses too: the decoder checks them all).
+Status PassValidator::CheckRowsAndColumns(const SymbolicDevice& dev,
+                                          const BlockwiseAttention& attention) const {
+  struct Field {
+    std::string_view name;
+    SlotId slot;
+    bool used;
+  };
+  const auto check = [&](std::string_view what, size_t index, std::span<const Field> fields) {
+    for (const Field& f : fields) {
+      Status status = f.used         ? CheckSlotExists(dev, f.slot, f.name, -1)
+                      : f.slot == -1 ? Status::Ok()
+                                     : Status::InvalidArgument(fmt::format(
+                                           "sets {} slot {} (unused: must be -1)", f.name, f.slot));
+      if (!status.ok()) return status.WithContext(fmt::format("{} {}", what, index));
+    }
+    return Status::Ok();
+  };
+  const bool forward = attention.pass == Pass::kForward;
+  for (size_t i = 0; i < attention.rows.size(); ++i) {
+    const AttentionRow& r = attention.rows[i];
+    const Field fields[] = {
+        {"q", r.q, true},         {"out", r.out, forward},      {"lse", r.lse, true},
+        {"d_o", r.d_o, !forward}, {"delta", r.delta, !forward}, {"dq", r.dq, !forward}};
+    DCP_RETURN_IF_ERROR(check("row", i, fields));
+  }
+  for (size_t i = 0; i < attention.columns.size(); ++i) {
+    const AttentionColumn& c = attention.columns[i];
+    const Field fields[] = {{"kv", c.kv, true}, {"dkv", c.dkv, !forward}};
+    DCP_RETURN_IF_ERROR(check("column", i, fields));
+  }
+  return Status::Ok();
+}
+
 Status PassValidator::Execute(SymbolicDevice& dev, const BlockwiseAttention& attention) {
   if (attention.pass != pass_) {
     return Status::InvalidArgument(
         fmt::format("a {} attention in the {} pass", ToString(attention.pass), ToString(pass_)));
   }
   DCP_RETURN_IF_ERROR(internal::CheckDivision(attention.division, plan_.n_divisions));
+  DCP_RETURN_IF_ERROR(CheckRowsAndColumns(dev, attention));
   for (size_t t = 0; t < attention.tiles.size(); ++t) {
     const AttentionTile& tile = attention.tiles[t];
     const int32_t c = tile.block.value;
     if (c < 0 || static_cast<size_t>(c) >= plan_.compute_blocks.size()) {
       return Status::InvalidArgument(fmt::format("tile {}: compute block {} does not exist", t, c));
     }
-    Status status = CheckTileSlices(plan_, attention, tile);
+    Status status =
+        attention.Holds(tile)
+            ? CheckTileSlices(plan_, attention, tile)
+            : Status::InvalidArgument(fmt::format(
+                  "row {}, column {} or slices [{}, {} + {}) are not in the call ({} rows, {} "
+                  "columns, {} slices)",
+                  tile.row, tile.column, tile.first_slice, tile.first_slice, tile.n_slices,
+                  attention.rows.size(), attention.columns.size(), attention.slices.size()));
     if (status.ok()) {
-      status = pass_ == Pass::kForward ? ForwardTile(dev, tile) : BackwardTile(dev, tile);
+      status = pass_ == Pass::kForward
+                   ? ForwardTile(dev, tile, attention.RowOf(tile), attention.ColumnOf(tile))
+                   : BackwardTile(dev, tile, attention.RowOf(tile), attention.ColumnOf(tile));
     }
     if (!status.ok()) return status.WithContext(fmt::format("tile {} (compute block {})", t, c));
   }
   return Status::Ok();
 }
 
-// Checks what every tile checks besides its slices: unused slot fields, and that the block is
-// computed once.
-Status CheckTileCommon(const AttentionTile& tile, std::vector<bool>& computed, Pass pass) {
-  const bool forward = pass == Pass::kForward;
-  using Field = std::pair<std::string_view, SlotId>;
-  const Field unused_forward[] = {
-      {"d_o", tile.d_o}, {"delta", tile.delta}, {"dq", tile.dq}, {"dkv", tile.dkv}};
-  const Field unused_backward[] = {{"out", tile.out}};
-  const std::span<const Field> unused =
-      forward ? std::span<const Field>(unused_forward) : std::span<const Field>(unused_backward);
-  for (const auto& [name, slot] : unused) {
-    if (slot != -1) {
-      return Status::InvalidArgument(fmt::format("a {} tile sets {} slot {} (unused: must be -1)",
-                                                 ToString(pass), name, slot));
-    }
-  }
+// Counts the tile's compute block as computed, once.
+Status CheckComputedOnce(const AttentionTile& tile, std::vector<bool>& computed) {
   if (computed[tile.block.value]) {
     return Status::InvalidArgument(
         fmt::format("compute block {} is computed a second time", tile.block.value));
@@ -643,29 +672,31 @@ void AddBlock(Content& acc, const Piece& piece, int32_t c) {
   acc.blocks.insert(std::lower_bound(acc.blocks.begin(), acc.blocks.end(), c), c);
 }
 
-Status PassValidator::ForwardTile(SymbolicDevice& dev, const AttentionTile& tile) {
+Status PassValidator::ForwardTile(SymbolicDevice& dev, const AttentionTile& tile,
+                                  const AttentionRow& row, const AttentionColumn& column) {
   const PlanComputeBlock& cb = plan_.compute_blocks[tile.block.value];
   const Piece qp{cb.q_block, cb.head_group}, kvp{cb.kv_block, cb.head_group};
-  DCP_ASSIGN_OR_RETURN(const Content* q, Read(dev, tile.q, "q"));
-  DCP_RETURN_IF_ERROR(ExpectValue(*q, TensorKind::kQ, qp, "q", -1, tile.q));
-  DCP_ASSIGN_OR_RETURN(const Content* kv, Read(dev, tile.kv, "kv"));
-  DCP_RETURN_IF_ERROR(ExpectValue(*kv, TensorKind::kKV, kvp, "kv", -1, tile.kv));
-  DCP_ASSIGN_OR_RETURN(Content * out, Modify(dev, tile.out, "out"));
-  DCP_RETURN_IF_ERROR(ExpectAccumulator(*out, TensorKind::kO, qp, "out", -1, tile.out));
-  DCP_ASSIGN_OR_RETURN(Content * lse, Modify(dev, tile.lse, "lse"));
-  DCP_RETURN_IF_ERROR(ExpectAccumulator(*lse, TensorKind::kLse, qp, "lse", -1, tile.lse));
+  DCP_ASSIGN_OR_RETURN(const Content* q, Read(dev, row.q, "q"));
+  DCP_RETURN_IF_ERROR(ExpectValue(*q, TensorKind::kQ, qp, "q", -1, row.q));
+  DCP_ASSIGN_OR_RETURN(const Content* kv, Read(dev, column.kv, "kv"));
+  DCP_RETURN_IF_ERROR(ExpectValue(*kv, TensorKind::kKV, kvp, "kv", -1, column.kv));
+  DCP_ASSIGN_OR_RETURN(Content * out, Modify(dev, row.out, "out"));
+  DCP_RETURN_IF_ERROR(ExpectAccumulator(*out, TensorKind::kO, qp, "out", -1, row.out));
+  DCP_ASSIGN_OR_RETURN(Content * lse, Modify(dev, row.lse, "lse"));
+  DCP_RETURN_IF_ERROR(ExpectAccumulator(*lse, TensorKind::kLse, qp, "lse", -1, row.lse));
   if (out->blocks != lse->blocks) {
     return Status::InvalidArgument(
         fmt::format("out slot {} and lse slot {} hold different compute blocks ({} and {})",
-                    tile.out, tile.lse, Describe(*out), Describe(*lse)));
+                    row.out, row.lse, Describe(*out), Describe(*lse)));
   }
-  DCP_RETURN_IF_ERROR(CheckTileCommon(tile, computed_, pass_));
+  DCP_RETURN_IF_ERROR(CheckComputedOnce(tile, computed_));
   AddBlock(*out, qp, tile.block.value);
   AddBlock(*lse, qp, tile.block.value);
   return Status::Ok();
 }
 
-Status PassValidator::BackwardTile(SymbolicDevice& dev, const AttentionTile& tile) {
+Status PassValidator::BackwardTile(SymbolicDevice& dev, const AttentionTile& tile,
+                                   const AttentionRow& row, const AttentionColumn& column) {
   const PlanComputeBlock& cb = plan_.compute_blocks[tile.block.value];
   const Piece qp{cb.q_block, cb.head_group}, kvp{cb.kv_block, cb.head_group};
   const struct {
@@ -673,20 +704,20 @@ Status PassValidator::BackwardTile(SymbolicDevice& dev, const AttentionTile& til
     SlotId slot;
     TensorKind kind;
     Piece piece;
-  } inputs[] = {{"q", tile.q, TensorKind::kQ, qp},
-                {"kv", tile.kv, TensorKind::kKV, kvp},
-                {"d_o", tile.d_o, TensorKind::kDO, qp},
-                {"lse", tile.lse, TensorKind::kLse, qp},
-                {"delta", tile.delta, TensorKind::kDelta, qp}};
+  } inputs[] = {{"q", row.q, TensorKind::kQ, qp},
+                {"kv", column.kv, TensorKind::kKV, kvp},
+                {"d_o", row.d_o, TensorKind::kDO, qp},
+                {"lse", row.lse, TensorKind::kLse, qp},
+                {"delta", row.delta, TensorKind::kDelta, qp}};
   for (const auto& in : inputs) {
     DCP_ASSIGN_OR_RETURN(const Content* c, Read(dev, in.slot, in.role));
     DCP_RETURN_IF_ERROR(ExpectValue(*c, in.kind, in.piece, in.role, -1, in.slot));
   }
-  DCP_ASSIGN_OR_RETURN(Content * dq, Modify(dev, tile.dq, "dq"));
-  DCP_RETURN_IF_ERROR(ExpectAccumulator(*dq, TensorKind::kDQ, qp, "dq", -1, tile.dq));
-  DCP_ASSIGN_OR_RETURN(Content * dkv, Modify(dev, tile.dkv, "dkv"));
-  DCP_RETURN_IF_ERROR(ExpectAccumulator(*dkv, TensorKind::kDKV, kvp, "dkv", -1, tile.dkv));
-  DCP_RETURN_IF_ERROR(CheckTileCommon(tile, computed_, pass_));
+  DCP_ASSIGN_OR_RETURN(Content * dq, Modify(dev, row.dq, "dq"));
+  DCP_RETURN_IF_ERROR(ExpectAccumulator(*dq, TensorKind::kDQ, qp, "dq", -1, row.dq));
+  DCP_ASSIGN_OR_RETURN(Content * dkv, Modify(dev, column.dkv, "dkv"));
+  DCP_RETURN_IF_ERROR(ExpectAccumulator(*dkv, TensorKind::kDKV, kvp, "dkv", -1, column.dkv));
+  DCP_RETURN_IF_ERROR(CheckComputedOnce(tile, computed_));
   AddBlock(*dq, qp, tile.block.value);
   AddBlock(*dkv, kvp, tile.block.value);
   return Status::Ok();

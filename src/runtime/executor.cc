@@ -244,10 +244,11 @@ class Executor::Impl {
     if (a.pass == Pass::kForward) {
       forward_tiles_.clear();
       for (const AttentionTile& tile : a.tiles) {
-        forward_tiles_.push_back({.o = Floats(tile.out),
-                                  .lse = Floats(tile.lse),
-                                  .q = slots_[tile.q],
-                                  .kv = slots_[tile.kv],
+        const AttentionRow& row = a.RowOf(tile);
+        forward_tiles_.push_back({.o = Floats(row.out),
+                                  .lse = Floats(row.lse),
+                                  .q = slots_[row.q],
+                                  .kv = slots_[a.ColumnOf(tile).kv],
                                   .shape = ShapeOf(tile),
                                   .slices = a.SlicesOf(tile)});
       }
@@ -255,13 +256,15 @@ class Executor::Impl {
     }
     backward_tiles_.clear();
     for (const AttentionTile& tile : a.tiles) {
-      backward_tiles_.push_back({.dq = Floats(tile.dq),
-                                 .dkv = Floats(tile.dkv),
-                                 .q = slots_[tile.q],
-                                 .kv = slots_[tile.kv],
-                                 .d_o = slots_[tile.d_o],
-                                 .lse = Floats(tile.lse),
-                                 .delta = Floats(tile.delta),
+      const AttentionRow& row = a.RowOf(tile);
+      const AttentionColumn& column = a.ColumnOf(tile);
+      backward_tiles_.push_back({.dq = Floats(row.dq),
+                                 .dkv = Floats(column.dkv),
+                                 .q = slots_[row.q],
+                                 .kv = slots_[column.kv],
+                                 .d_o = slots_[row.d_o],
+                                 .lse = Floats(row.lse),
+                                 .delta = Floats(row.delta),
                                  .shape = ShapeOf(tile),
                                  .slices = a.SlicesOf(tile)});
     }

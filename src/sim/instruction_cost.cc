@@ -94,8 +94,8 @@ Status CheckSlot(const Program& program, SlotId slot, bool optional, size_t inde
                                              what, slot, program.slots.size()));
 }
 
-Status CheckTile(const Plan& plan, const Program& program, const BlockwiseAttention& call,
-                 const AttentionTile& tile, size_t index) {
+Status CheckTile(const Plan& plan, const BlockwiseAttention& call, const AttentionTile& tile,
+                 size_t index) {
   if (tile.block.value < 0 || static_cast<size_t>(tile.block.value) >= plan.compute_blocks.size()) {
     return Status::InvalidArgument(fmt::format("instruction {}: tile of compute block {} of {}",
                                                index, tile.block.value,
@@ -113,14 +113,25 @@ Status CheckTile(const Plan& plan, const Program& program, const BlockwiseAttent
     return Status::InvalidArgument(fmt::format("instruction {}: compute block {} has area {}",
                                                index, tile.block.value, cb.area));
   }
-  for (const SlotId s :
-       {tile.q, tile.kv, tile.out, tile.lse, tile.d_o, tile.delta, tile.dq, tile.dkv}) {
-    DCP_RETURN_IF_ERROR(CheckSlot(program, s, /*optional=*/true, index, "a tile"));
+  if (!call.Holds(tile)) {
+    return Status::InvalidArgument(fmt::format(
+        "instruction {}: the row, column or slices of compute block {} are not in the call", index,
+        tile.block.value));
   }
-  if (!call.HoldsSlicesOf(tile)) {
-    return Status::InvalidArgument(
-        fmt::format("instruction {}: the slices of compute block {} are not within the call's {}",
-                    index, tile.block.value, call.slices.size()));
+  return Status::Ok();
+}
+
+// The slots of every row and column of the call.
+Status CheckRowsAndColumns(const Program& program, const BlockwiseAttention& call, size_t index) {
+  for (const AttentionRow& r : call.rows) {
+    for (const SlotId s : {r.q, r.out, r.lse, r.d_o, r.delta, r.dq}) {
+      DCP_RETURN_IF_ERROR(CheckSlot(program, s, /*optional=*/true, index, "a tile"));
+    }
+  }
+  for (const AttentionColumn& c : call.columns) {
+    for (const SlotId s : {c.kv, c.dkv}) {
+      DCP_RETURN_IF_ERROR(CheckSlot(program, s, /*optional=*/true, index, "a tile"));
+    }
   }
   return Status::Ok();
 }
@@ -218,8 +229,9 @@ int64_t AttentionFlops(const Plan& plan, const BlockwiseAttention& call) {
 Status CheckInstruction(const Plan& plan, const Program& program, size_t index) {
   const Instruction& instruction = program.instructions[index];
   if (const auto* call = std::get_if<BlockwiseAttention>(&instruction)) {
+    DCP_RETURN_IF_ERROR(CheckRowsAndColumns(program, *call, index));
     for (const AttentionTile& tile : call->tiles) {
-      DCP_RETURN_IF_ERROR(CheckTile(plan, program, *call, tile, index));
+      DCP_RETURN_IF_ERROR(CheckTile(plan, *call, tile, index));
     }
     DCP_RETURN_IF_ERROR(CheckSlices(*call, index));
   } else if (const auto* reduction = std::get_if<BlockwiseReduction>(&instruction)) {

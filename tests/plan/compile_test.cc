@@ -148,6 +148,41 @@ Result<Plan> CausalPlanOnOneDevice(int64_t tokens) {
 // and its LSE 2048: 45056. Backward: Q, KV, O, dO 8192 each, LSE and Delta 2048 each, the dQ and
 // dKV accumulators in fp32 16384 each, the dQ and dKV outputs 8192 each: 86016. The device's peak
 // is the larger program's.
+// A call names each of its pieces once: one row per q piece and one column per kv piece that its
+// tiles touch (a row per tile would cost a plan of millions of tiles gigabytes). Which slots they
+// name is the validator's check.
+TEST(CompilePlan, CallsHaveOneRowPerQPieceAndOneColumnPerKvPiece) {
+  for (uint64_t seed = 0; seed < testing::RandomCases(100); ++seed) {
+    SCOPED_TRACE(::testing::Message() << "seed " << seed);
+    Result<Plan> plan = CompileCase(MakeCase(seed));
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    for (const std::vector<Program>* programs : {&plan->forward, &plan->backward}) {
+      for (const Program& program : *programs) {
+        for (const Instruction& instruction : program.instructions) {
+          const auto* call = std::get_if<BlockwiseAttention>(&instruction);
+          if (call == nullptr) continue;
+          std::set<std::pair<int32_t, int32_t>> q_pieces, kv_pieces;
+          std::vector<std::set<std::pair<int32_t, int32_t>>> row_pieces(call->rows.size()),
+              column_pieces(call->columns.size());
+          for (const AttentionTile& tile : call->tiles) {
+            ASSERT_TRUE(call->Holds(tile));
+            const PlanComputeBlock& cb = plan->compute_blocks[tile.block.value];
+            q_pieces.insert({cb.q_block.value, cb.head_group});
+            kv_pieces.insert({cb.kv_block.value, cb.head_group});
+            row_pieces[tile.row].insert({cb.q_block.value, cb.head_group});
+            column_pieces[tile.column].insert({cb.kv_block.value, cb.head_group});
+          }
+          EXPECT_EQ(call->rows.size(), q_pieces.size());
+          EXPECT_EQ(call->columns.size(), kv_pieces.size());
+          for (const auto* pieces : {&row_pieces, &column_pieces}) {
+            for (const auto& of_one : *pieces) EXPECT_EQ(of_one.size(), 1u);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(CompilePlan, PeakBufferBytesCountedByHand) {
   const Result<Plan> plan = CausalPlanOnOneDevice(256);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();

@@ -54,6 +54,7 @@
 //   8 Copy           7->10
 #pragma once
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -96,34 +97,42 @@ inline SlotInfo FixtureSlot(TensorKind kind, bool fp32 = false, int64_t query_he
 
 inline Piece FixturePiece(int32_t block) { return Piece{DataBlockId{block}, 0}; }
 
-// A tile with its mask, before it joins a call (Attention).
+// A tile with its slots and mask, before it joins a call (Attention).
 struct MaskedTile {
-  AttentionTile tile;
+  ComputeBlockId block;
+  AttentionRow row;
+  AttentionColumn column;
   std::vector<Slice> mask;
 };
 
 inline MaskedTile ForwardTile(int32_t c, SlotId q, SlotId kv, SlotId out, SlotId lse,
                               std::vector<Slice> slices) {
-  return {AttentionTile{.block = ComputeBlockId{c}, .q = q, .kv = kv, .out = out, .lse = lse},
-          std::move(slices)};
+  return {ComputeBlockId{c}, AttentionRow{.q = q, .out = out, .lse = lse},
+          AttentionColumn{.kv = kv}, std::move(slices)};
 }
 
 inline MaskedTile BackwardTile(int32_t c, SlotId q, SlotId kv, SlotId lse, SlotId d_o, SlotId delta,
                                SlotId dq, SlotId dkv, std::vector<Slice> slices) {
-  return {AttentionTile{.block = ComputeBlockId{c},
-                        .q = q,
-                        .kv = kv,
-                        .lse = lse,
-                        .d_o = d_o,
-                        .delta = delta,
-                        .dq = dq,
-                        .dkv = dkv},
-          std::move(slices)};
+  return {ComputeBlockId{c}, AttentionRow{.q = q, .lse = lse, .d_o = d_o, .delta = delta, .dq = dq},
+          AttentionColumn{.kv = kv, .dkv = dkv}, std::move(slices)};
 }
 
+// The index of `item` in *list, appended when it is not there yet.
+template <typename T>
+int32_t IndexIn(std::vector<T>* list, const T& item) {
+  const auto it = std::find(list->begin(), list->end(), item);
+  if (it != list->end()) return static_cast<int32_t>(it - list->begin());
+  list->push_back(item);
+  return static_cast<int32_t>(list->size() - 1);
+}
+
+// A call of these tiles, one row per distinct row of slots and one column per distinct column.
 inline BlockwiseAttention Attention(Pass pass, int32_t division, std::vector<MaskedTile> tiles) {
   BlockwiseAttention call{.pass = pass, .division = division};
-  for (const MaskedTile& t : tiles) call.AddTile(t.tile, t.mask);
+  for (const MaskedTile& t : tiles) {
+    const int32_t row = IndexIn(&call.rows, t.row), column = IndexIn(&call.columns, t.column);
+    call.AddTile(t.block, row, column, t.mask);
+  }
   return call;
 }
 

@@ -191,25 +191,28 @@ class PlanGenerator {
     a.pass = OneIn(rng_, 2) ? Pass::kForward : Pass::kBackward;
     a.division = Uniform32(rng_, 0, plan_.n_divisions - 1);
     const int64_t n = Uniform(rng_, 0, 4);
+    const bool fwd = a.pass == Pass::kForward;
+    for (int64_t i = Uniform(rng_, n > 0 ? 1 : 0, 3); i > 0; --i) {
+      AttentionRow r{.q = Slot(), .out = fwd ? Slot() : MaybeSlot(), .lse = Slot()};
+      for (SlotId* s : {&r.d_o, &r.delta, &r.dq}) *s = fwd ? MaybeSlot() : Slot();
+      a.rows.push_back(r);
+    }
+    for (int64_t i = Uniform(rng_, n > 0 ? 1 : 0, 3); i > 0; --i) {
+      a.columns.push_back({.kv = Slot(), .dkv = fwd ? MaybeSlot() : Slot()});
+    }
     std::vector<Slice> mask;
     for (int64_t i = 0; i < n; ++i) {
-      const AttentionTile tile = RandomTile(a.pass, &mask);
-      a.AddTile(tile, mask);
+      const ComputeBlockId block{Uniform32(rng_, 0, plan_.compute_blocks.size() - 1)};
+      RandomMask(block, &mask);
+      a.AddTile(block, Uniform32(rng_, 0, a.rows.size() - 1),
+                Uniform32(rng_, 0, a.columns.size() - 1), mask);
     }
     return a;
   }
 
-  // A tile and, in *mask, its slices.
-  AttentionTile RandomTile(Pass pass, std::vector<Slice>* mask) {
-    const bool fwd = pass == Pass::kForward;
-    AttentionTile t;
-    t.block = ComputeBlockId{Uniform32(rng_, 0, plan_.compute_blocks.size() - 1)};
-    t.q = Slot();
-    t.kv = Slot();
-    t.lse = Slot();
-    t.out = fwd ? Slot() : MaybeSlot();
-    for (SlotId* s : {&t.d_o, &t.delta, &t.dq, &t.dkv}) *s = fwd ? MaybeSlot() : Slot();
-    const int64_t rows = plan_.blocks[plan_.compute_blocks[t.block.value].q_block.value].tokens;
+  // Slices of a tile of compute block `block`, into *mask.
+  void RandomMask(ComputeBlockId block, std::vector<Slice>* mask) {
+    const int64_t rows = plan_.blocks[plan_.compute_blocks[block.value].q_block.value].tokens;
     const int64_t n = Uniform(rng_, 0, 3);
     mask->clear();
     for (int64_t i = 0; i < n; ++i) {
@@ -220,7 +223,6 @@ class PlanGenerator {
       s.hi = {RandomBase(rows), Uniform(rng_, 0, 1)};
       mask->push_back(s);
     }
-    return t;
   }
 
   int64_t RandomBase(int64_t rows) {
@@ -304,17 +306,16 @@ Program FixtureProgram(DeviceId device, Pass pass) {
   p.inputs = {{TensorKind::kQ, Piece{DataBlockId{0}, 0}, 0},
               {TensorKind::kKV, Piece{DataBlockId{0}, 0}, 1}};
   p.outputs = {{TensorKind::kO, Piece{DataBlockId{0}, 0}, 2}};
-  AttentionTile tile{.block = ComputeBlockId{0},
-                     .q = 0,
-                     .kv = 1,
-                     .out = fwd ? 2 : -1,
-                     .lse = 3,
-                     .d_o = fwd ? -1 : 4,
-                     .delta = fwd ? -1 : 5,
-                     .dq = fwd ? -1 : 6,
-                     .dkv = fwd ? -1 : 7};
-  BlockwiseAttention attention{.pass = pass, .division = 1};
-  attention.AddTile(tile, std::vector<Slice>{Slice{0, 4, {0, 0}, {1, 1}}});
+  BlockwiseAttention attention{.pass = pass,
+                               .division = 1,
+                               .rows = {AttentionRow{.q = 0,
+                                                     .out = fwd ? 2 : -1,
+                                                     .lse = 3,
+                                                     .d_o = fwd ? -1 : 4,
+                                                     .delta = fwd ? -1 : 5,
+                                                     .dq = fwd ? -1 : 6}},
+                               .columns = {AttentionColumn{.kv = 1, .dkv = fwd ? -1 : 7}}};
+  attention.AddTile(ComputeBlockId{0}, 0, 0, std::vector<Slice>{Slice{0, 4, {0, 0}, {1, 1}}});
   const DeviceId peer{1 - device.value};
   p.instructions = {
       attention,
@@ -439,7 +440,7 @@ TEST(PlanFormat, HeaderHoldsMagicVersionLengthAndChecksum) {
     return v;
   };
   EXPECT_EQ(bytes.substr(0, 8), std::string("DCPPLAN\0", 8));
-  EXPECT_EQ(bytes.substr(8, 4), std::string("\x03\x00\x00\x00", 4));
+  EXPECT_EQ(bytes.substr(8, 4), std::string("\x04\x00\x00\x00", 4));
   EXPECT_EQ(u64_at(12), bytes.size() - kHeader);
   EXPECT_EQ(u64_at(20), internal::PlanChecksum(std::string_view(bytes).substr(kHeader)));
 }
@@ -465,7 +466,7 @@ TEST(PlanFormat, SmallestPlanMatchesTheDocumentedExample) {
   const std::string bytes = Encode(SmallestPlan());
   EXPECT_EQ(bytes.substr(kHeader), payload);
   EXPECT_EQ(bytes.substr(0, kHeader),
-            std::string("DCPPLAN\0", 8) + u32(3) + u64(138) + u64(0x5E839D656A0C9B8CULL));
+            std::string("DCPPLAN\0", 8) + u32(4) + u64(138) + u64(0x5E839D656A0C9B8CULL));
 }
 
 TEST(PlanFormat, EncodeReplacesWhatTheOutputHeld) {
@@ -495,7 +496,7 @@ TEST(WritePlanFile, WritesTheEncodedBytesOfAPlanOfManyMegabytes) {
   ASSERT_TRUE(file.ok()) << file.status().ToString();
   EXPECT_EQ(*file, Encode(plan));
   const std::string_view payload = std::string_view(*file).substr(kHeader);
-  EXPECT_EQ(*file, std::string(internal::kPlanMagic) + LittleEndianBytes(3, 4) +
+  EXPECT_EQ(*file, std::string(internal::kPlanMagic) + LittleEndianBytes(4, 4) +
                        LittleEndianBytes(payload.size(), 8) +
                        LittleEndianBytes(internal::PlanChecksum(payload), 8) +
                        std::string(payload));
@@ -621,13 +622,13 @@ TEST(PlanDecode, WrongMagicIsCorrupt) {
 }
 
 TEST(PlanDecode, OtherVersionIsUnsupportedNamingBothVersions) {
-  for (uint32_t version : {0u, 2u, 4u, 0xffffffffu}) {
+  for (uint32_t version : {0u, 3u, 5u, 0xffffffffu}) {
     std::string bytes = Encode(SmallestPlan());
     PutLittleEndian(&bytes, internal::kPlanVersionOffset, version, 4);
     const Status status = DecodeStatus(bytes);
     EXPECT_EQ(status.code(), StatusCode::kUnsupported);
     EXPECT_EQ(status.message(), fmt::format("plan: format version {} is not supported (this build "
-                                            "reads version 3)",
+                                            "reads version 4)",
                                             version));
   }
 }
@@ -811,19 +812,33 @@ TEST(PlanDecode, EveryFieldCheckNamesTheValueAndWhereItIs) {
        },
        "plan: forward program 1: instruction 0: attention: tile 0: compute block 3 out of range "
        "(3 compute blocks)"},
-      {[](Plan& p) { std::get<BlockwiseAttention>(p.forward[0].instructions[0]).tiles[0].q = 99; },
-       "plan: forward program 0: instruction 0: attention: tile 0: q slot 99 out of range (8 "
+      {[](Plan& p) { std::get<BlockwiseAttention>(p.forward[0].instructions[0]).rows[0].q = 99; },
+       "plan: forward program 0: instruction 0: attention: row 0: q slot 99 out of range (8 "
        "slots)"},
+      {[](Plan& p) { std::get<BlockwiseAttention>(p.forward[0].instructions[0]).tiles[0].row = 1; },
+       "plan: forward program 0: instruction 0: attention: tile 0: row 1 out of range (1 rows)"},
       {[](Plan& p) {
-         std::get<BlockwiseAttention>(p.forward[0].instructions[0]).tiles[0].out = -1;
+         std::get<BlockwiseAttention>(p.forward[0].instructions[0]).tiles[0].column = -1;
        },
-       "plan: forward program 0: instruction 0: attention: tile 0: out slot -1 out of range"},
+       "plan: forward program 0: instruction 0: attention: tile 0: column -1 out of range (1 "
+       "columns)"},
       {[](Plan& p) {
-         std::get<BlockwiseAttention>(p.backward[0].instructions[0]).tiles[0].delta = -1;
+         std::get<BlockwiseAttention>(p.forward[0].instructions[0]).tiles[0].n_slices = 2;
        },
-       "plan: backward program 0: instruction 0: attention: tile 0: delta slot -1 out of range"},
-      {[](Plan& p) { std::get<BlockwiseAttention>(p.forward[0].instructions[0]).tiles[0].dq = 8; },
-       "plan: forward program 0: instruction 0: attention: tile 0: dq slot 8 out of range"},
+       "plan: forward program 0: instruction 0: attention: tile 0: slices [0, 0 + 2) are not "
+       "within the call's 1"},
+      {[](Plan& p) { std::get<BlockwiseAttention>(p.forward[0].instructions[0]).rows[0].out = -1; },
+       "plan: forward program 0: instruction 0: attention: row 0: out slot -1 out of range"},
+      {[](Plan& p) {
+         std::get<BlockwiseAttention>(p.backward[0].instructions[0]).rows[0].delta = -1;
+       },
+       "plan: backward program 0: instruction 0: attention: row 0: delta slot -1 out of range"},
+      {[](Plan& p) { std::get<BlockwiseAttention>(p.forward[0].instructions[0]).rows[0].dq = 8; },
+       "plan: forward program 0: instruction 0: attention: row 0: dq slot 8 out of range"},
+      {[](Plan& p) {
+         std::get<BlockwiseAttention>(p.backward[0].instructions[0]).columns[0].dkv = -1;
+       },
+       "plan: backward program 0: instruction 0: attention: column 0: dkv slot -1 out of range"},
       {[](Plan& p) {
          std::get<BlockwiseAttention>(p.forward[0].instructions[0]).slices[0].row_end = 5;
        },

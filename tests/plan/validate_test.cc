@@ -41,7 +41,7 @@ TEST(ValidatePlan, AcceptsAReductionIntoOneOfItsSources) {
 
 TEST(ValidatePlan, NamesPassDeviceInstructionTileAndContents) {
   Plan plan = TwoBlockCausalPlan();
-  Forward<BlockwiseAttention>(plan, 0, 2).tiles[0].kv = 0;
+  Forward<BlockwiseAttention>(plan, 0, 2).columns[0].kv = 0;
   EXPECT_EQ(ValidatePlan(plan).message(),
             "forward, device 0, instruction 2 (BlockwiseAttention): tile 0 (compute block 0): kv "
             "slot 0 holds Q of block 0/group 0, expected KV of block 0/group 0");
@@ -248,19 +248,48 @@ TEST(ValidatePlan, RejectsSlicesOutsideTheTile) {
   ExpectInvalid(plan, "slice 0: rows [0, 5) are not inside the tile's 4 rows");
 }
 
-TEST(ValidatePlan, RejectsATileWhoseSlicesAreNotInItsCall) {
+TEST(ValidatePlan, RejectsATileWhoseRowColumnOrSlicesAreNotInItsCall) {
   Plan plan = TwoBlockCausalPlan();
-  Forward<BlockwiseAttention>(plan, 0, 4).tiles[0].first_slice = 1;
-  ExpectInvalid(plan, "slices [1, 1 + 1) are not within the call's 1 slices");
-  Forward<BlockwiseAttention>(plan, 0, 4).tiles[0].first_slice = -1;
-  ExpectInvalid(plan, "slices [-1, -1 + 1) are not within the call's 1 slices");
+  AttentionTile& tile = Forward<BlockwiseAttention>(plan, 0, 4).tiles[0];
+  tile.first_slice = 1;
+  ExpectInvalid(plan,
+                "row 0, column 0 or slices [1, 1 + 1) are not in the call (1 rows, 1 columns, 1 "
+                "slices)");
+  tile.first_slice = -1;
+  ExpectInvalid(plan, "slices [-1, -1 + 1) are not in the call");
+  tile.first_slice = 0;
+  tile.row = 1;
+  ExpectInvalid(plan, "tile 0 (compute block 1): row 1, column 0 or slices [0, 0 + 1)");
+  tile.row = 0;
+  tile.column = -1;
+  ExpectInvalid(plan, "tile 0 (compute block 1): row 0, column -1 or slices [0, 0 + 1)");
+}
+
+TEST(ValidatePlan, RejectsARowOrColumnThatSetsASlotItsPassDoesNotUse) {
+  Plan plan = TwoBlockCausalPlan();
+  Forward<BlockwiseAttention>(plan, 0, 4).rows[0].dq = 3;
+  ExpectInvalid(plan,
+                "instruction 4 (BlockwiseAttention): row 0: sets dq slot 3 (unused: must be -1)");
+  plan = TwoBlockCausalPlan();
+  Forward<BlockwiseAttention>(plan, 0, 4).columns[0].dkv = 3;
+  ExpectInvalid(plan, "column 0: sets dkv slot 3 (unused: must be -1)");
+  plan = TwoBlockCausalPlan();
+  Backward<BlockwiseAttention>(plan, 0, 5).rows[0].out = 3;
+  ExpectInvalid(plan, "row 0: sets out slot 3 (unused: must be -1)");
+}
+
+TEST(ValidatePlan, RejectsARowNoTileUsesWithAMissingSlot) {
+  Plan plan = TwoBlockCausalPlan();
+  auto& call = Forward<BlockwiseAttention>(plan, 0, 4);
+  call.rows.push_back(AttentionRow{.q = 1, .out = 99, .lse = 2});
+  ExpectInvalid(plan, "row 1: out slot 99 does not exist");
 }
 
 TEST(ValidatePlan, RejectsAnAccumulatorOfAnotherPiece) {
   Plan plan = TwoBlockCausalPlan();
-  AttentionTile& tile = Forward<BlockwiseAttention>(plan, 0, 4).tiles[0];
-  tile.out = 3;
-  tile.lse = 4;
+  AttentionRow& row = Forward<BlockwiseAttention>(plan, 0, 4).rows[0];
+  row.out = 3;
+  row.lse = 4;
   ExpectInvalid(plan,
                 "out slot 3 holds an O accumulator of block 0/group 0 with 1 compute block, "
                 "expected an O accumulator of block 1/group 0");
@@ -277,7 +306,8 @@ TEST(ValidatePlan, RejectsAnOutputOverwrittenAtTheEnd) {
 
 TEST(ValidatePlan, RejectsADeltaOfAnotherPiece) {
   Plan plan = TwoBlockCausalPlan();
-  Backward<BlockwiseAttention>(plan, 0, 5).tiles[0].delta = 5;
+  auto& call = Backward<BlockwiseAttention>(plan, 0, 5);
+  call.rows[call.tiles[0].row].delta = 5;
   ExpectInvalid(plan,
                 "tile 0 (compute block 1): delta slot 5 holds Delta of block 0/group 0, expected "
                 "Delta of block 1/group 0");
@@ -318,9 +348,12 @@ std::vector<int32_t*> IdFields(Program& program) {
   for (Instruction& instruction : program.instructions) {
     if (auto* a = std::get_if<BlockwiseAttention>(&instruction)) {
       fields.push_back(&a->division);
+      for (AttentionRow& r : a->rows) {
+        fields.insert(fields.end(), {&r.q, &r.out, &r.lse, &r.d_o, &r.delta, &r.dq});
+      }
+      for (AttentionColumn& c : a->columns) fields.insert(fields.end(), {&c.kv, &c.dkv});
       for (AttentionTile& t : a->tiles) {
-        fields.insert(fields.end(), {&t.block.value, &t.q, &t.kv, &t.out, &t.lse, &t.d_o, &t.delta,
-                                     &t.dq, &t.dkv});
+        fields.insert(fields.end(), {&t.block.value, &t.row, &t.column, &t.first_slice});
       }
     } else if (auto* r = std::get_if<BlockwiseReduction>(&instruction)) {
       for (ReductionOp& op : r->ops) {

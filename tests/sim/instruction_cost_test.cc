@@ -109,8 +109,8 @@ Plan OneTilePlan(int64_t rows, int64_t cols, int64_t area, int64_t heads, int64_
 }
 
 BlockwiseAttention OneTileCall(Pass pass, std::vector<Slice> slices) {
-  BlockwiseAttention call{.pass = pass};
-  call.AddTile(AttentionTile{.block = ComputeBlockId{0}}, slices);
+  BlockwiseAttention call{.pass = pass, .rows = {AttentionRow{}}, .columns = {AttentionColumn{}}};
+  call.AddTile(ComputeBlockId{0}, 0, 0, slices);
   return call;
 }
 
@@ -176,7 +176,7 @@ double ModelTflops(const char* preset, int64_t length, bool causal, Pass pass, i
   const int64_t sequences = tokens / length, heads = 16, head_dim = 128;
   Plan plan = testing::EmptyPlan({.nodes = 1, .devices_per_node = 1});
   plan.shape = AttentionShape{.heads = heads, .kv_heads = heads, .head_dim = head_dim};
-  BlockwiseAttention call{.pass = pass};
+  BlockwiseAttention call{.pass = pass, .rows = {AttentionRow{}}, .columns = {AttentionColumn{}}};
   const int64_t area = causal ? length * (length + 1) / 2 : length * length;
   for (int64_t s = 0; s < sequences; ++s) {
     const auto sequence = SequenceId{static_cast<int32_t>(s)};
@@ -184,7 +184,7 @@ double ModelTflops(const char* preset, int64_t length, bool causal, Pass pass, i
     const auto block = DataBlockId{static_cast<int32_t>(s)};
     plan.compute_blocks.push_back(
         PlanComputeBlock{.q_block = block, .kv_block = block, .area = area});
-    call.AddTile(AttentionTile{.block = ComputeBlockId{static_cast<int32_t>(s)}},
+    call.AddTile(ComputeBlockId{static_cast<int32_t>(s)}, 0, 0,
                  causal ? Causal(length) : Full(length, length));
   }
   const DeviceSpec device = ClusterPreset(preset)->device;

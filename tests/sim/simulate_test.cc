@@ -3,6 +3,7 @@
 // 1e9 bytes/s and 0.1 s latency inside a node, 1e8 bytes/s per node and 0.2 s between nodes).
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -355,14 +356,17 @@ TEST(SimulatePlan, RejectsAnInvalidCluster) {
   EXPECT_NE(r.status().message().find("inter_node.bytes_per_s"), std::string::npos);
 }
 
-TEST(SimulatePlan, RejectsATileWhoseSlicesAreNotInItsCall) {
-  for (const int32_t first : {-1, 1}) {
+TEST(SimulatePlan, RejectsATileWhoseRowColumnOrSlicesAreNotInItsCall) {
+  const std::function<void(AttentionTile&)> damages[] = {
+      [](AttentionTile& t) { t.first_slice = -1; }, [](AttentionTile& t) { t.first_slice = 1; },
+      [](AttentionTile& t) { t.row = 1; }, [](AttentionTile& t) { t.column = -1; }};
+  for (size_t d = 0; d < std::size(damages); ++d) {
     Plan plan = testing::TwoBlockCausalPlan();
-    std::get<BlockwiseAttention>(plan.forward[0].instructions[2]).tiles[0].first_slice = first;
+    damages[d](std::get<BlockwiseAttention>(plan.forward[0].instructions[2]).tiles[0]);
     const Result<SimReport> r = SimulatePlan(plan, SimpleCluster(2));
-    ASSERT_FALSE(r.ok()) << first;
-    EXPECT_NE(r.status().message().find("instruction 2: the slices of compute block 0 are not "
-                                        "within the call's 1"),
+    ASSERT_FALSE(r.ok()) << d;
+    EXPECT_NE(r.status().message().find("instruction 2: the row, column or slices of compute "
+                                        "block 0 are not in the call"),
               std::string::npos)
         << r.status().ToString();
   }
