@@ -137,9 +137,9 @@ struct PlanOptions {
 
 // What one pass of dcp's pipeline holds per tile at its peak (the end of compilation: the tile's
 // compute block in the blocks and in the plan, its forward and backward tiles, placement,
-// schedule and the compiler's tables), measured as peak RSS over tiles: 166 bytes at 16M tokens on
-// 128x8, 178 at 8M on 64x8 (bench/RESULTS.md, "Planning at cluster scale").
-inline constexpr int64_t kPlanningBytesPerTile = 166;
+// schedule and the compiler's tables), measured as peak RSS over tiles: 125-127 bytes at 16M
+// tokens on 128x8, 136 at 8M on 64x8 (bench/RESULTS.md, "Planning at cluster scale").
+inline constexpr int64_t kPlanningBytesPerTile = 136;
 
 // Options that plan in one pass of dcp's own pipeline, nothing tuned: this topology and block
 // size, the default tolerances (PartitionOptions), no other strategies.
