@@ -98,7 +98,7 @@ def plan(
         cluster: the cluster the plan is tuned for: a preset (``"p4de"``, ``"h100"``) or the JSON
             of docs/simulator.md.
         candidate_block_sizes, candidate_tolerances: the tuning's lists (None: the planner's
-            defaults, 1024/2048/4096 and (0.1, 0.4)/(0.05, 0.05)/(0.02, 0.02)).
+            defaults, 1024/2048/4096 and (0.1, 0.4)/(0.05, 0.05)/(0.02, 0.02)/(0.02, 0.1)).
         other_strategies: whether the other strategies' plans are candidates.
         max_candidates: at most this many of dcp's own candidates (the bound on tuning work).
         threads: threads planning candidates at once; the result does not depend on it.
