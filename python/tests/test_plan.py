@@ -106,9 +106,12 @@ def test_default_options_tune_among_candidates(batch):
     assert tuned.simulated_s > 0
     names = [c["name"] for c in tuned.candidates]
     own_names = [c["name"] for c in tuned.candidates if c["own"]]
-    assert names[:5] == own_names  # 2 x 2 own, then the best split into 2 head groups
+    # 2 x 2 own, then the best and the runner-up each split into 2 head groups
+    assert names[:6] == own_names
     values = lambda name: name.rsplit(":", 1)[0]  # "dcp 64:0.1/0.4:2 g2" -> "dcp 64:0.1/0.4"
-    assert own_names[4].endswith(" g2") and values(own_names[4]) in map(values, own_names[:4])
+    for split in own_names[4:6]:
+        assert split.endswith(" g2") and values(split) in map(values, own_names[:4])
+    assert values(own_names[4]) != values(own_names[5])
     assert {"ring", "zigzag", "te"} <= set(names)
     chosen = min((c for c in tuned.candidates if not c["error"]), key=lambda c: c["simulated_s"])
     assert tuned.origin == chosen["name"] and tuned.simulated_s == chosen["simulated_s"]

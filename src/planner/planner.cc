@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <limits>
 #include <mutex>
@@ -467,7 +466,8 @@ std::optional<size_t> Choose(const std::vector<Tried>& tried, const TuningOption
 // Empties the plans no later candidate can make chosen and returns them (to be freed outside any
 // lock). Choose picks the fastest or the fastest balanced candidate, of all or of dcp's own, and
 // a candidate that is none of these now never becomes one: later candidates only add rivals, and
-// RefineDivisions only makes the best own faster. Its outcome stays; the tuning then holds a few
+// RefineDivisions only makes the best own and the runner-up faster (a released runner-up is
+// planned again before its refinement). Its outcome stays; the tuning then holds a few
 // plans, not one per candidate (a 3000-token sequence in blocks of 1 token: 9.6 GB before).
 std::vector<PlannedBatch> ReleaseLosers(std::vector<Tried>& tried, const TuningOptions& tuning) {
   std::vector<PlannedBatch> released;
@@ -484,6 +484,18 @@ std::vector<PlannedBatch> ReleaseLosers(std::vector<Tried>& tried, const TuningO
   return released;
 }
 
+// The fastest planned candidate of dcp's own other than `best` (ties: the earlier), whose plan
+// may have been released.
+std::optional<size_t> RunnerUp(const std::vector<Tried>& tried, size_t best) {
+  std::optional<size_t> next;
+  for (size_t i = 0; i < tried.size(); ++i) {
+    const bool planned = tried[i].released || Planned(tried[i]);
+    if (i == best || !planned || !tried[i].outcome.own) continue;
+    if (!next || tried[i].outcome.simulated_s < tried[*next].outcome.simulated_s) next = i;
+  }
+  return next;
+}
+
 // The counts of tuning.head_groups dcp's best candidate is planned again with: those dividing the
 // KV heads, other than PlanOptions::head_groups, each once.
 std::vector<int64_t> HeadGroupsToTry(const Batch& batch, const PlanOptions& options) {
@@ -498,11 +510,11 @@ std::vector<int64_t> HeadGroupsToTry(const Batch& batch, const PlanOptions& opti
 }
 
 // Plans every candidate on `threads` threads and keeps the fastest on the cluster model: dcp's
-// own first; then the best of them gets its division count searched and is planned again split
-// into head groups (HeadGroupsToTry); then the other strategies, each skipped when its
-// layout's attention alone is slower than the own ones' WinningBound (so the choice is the one
-// planning every candidate would make: 128K tokens on 4x8 skip TE, zigzag and LoongTrain on most
-// batches, the costliest to compile, as they cut every sequence into 2 x devices chunks). Each
+// own first; then the best of them and the runner-up get their division counts searched and are
+// planned again split into head groups (HeadGroupsToTry); then the other strategies, each skipped
+// when its layout's attention alone is slower than the own ones' WinningBound (so the choice is the
+// one planning every candidate would make: 128K tokens on 4x8 skip TE, zigzag and LoongTrain on
+// most batches, the costliest to compile, as they cut every sequence into 2 x devices chunks). Each
 // stage's candidates are independent and the winner is chosen in candidate order, so the result
 // does not depend on the thread count.
 Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
@@ -511,11 +523,17 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
                                                       [](const Candidate& c) { return c.own; }));
   // dcp's own come first (CandidatesOf); the best of them split into head groups after them.
   const std::vector<int64_t> head_groups = HeadGroupsToTry(batch, options);
-  const auto splits = static_cast<int32_t>(head_groups.size());
+  // Two refined candidates (the best own and the runner-up) are each split.
+  const auto splits = 2 * static_cast<int32_t>(head_groups.size());
   std::vector<Tried> tried(candidates.size());
   Stopwatch watch;
   const auto total = static_cast<int32_t>(candidates.size()) + splits;
-  std::atomic<int32_t> done{0};
+  int32_t done = 0;
+  std::mutex done_mutex;  // one count and its report at a time, so reports come in order
+  const auto report_done = [&] {
+    const std::lock_guard<std::mutex> lock(done_mutex);
+    ReportProgress(options.monitor, "candidates", ++done, total);
+  };
   ReportProgress(options.monitor, "candidates", 0, total);
   std::mutex tried_mutex;  // tried, while candidates are planned on the threads
   const auto keep = [&](int32_t i, Tried t) {
@@ -532,7 +550,7 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
       if (CheckCancelled(options.monitor).ok()) {
         keep(i, Try(batch, candidates[i], options, bound_s));
       }
-      ReportProgress(options.monitor, "candidates", ++done, total);
+      report_done();
     });
   };
   constexpr double kNoBound = std::numeric_limits<double>::infinity();
@@ -540,35 +558,44 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
   std::optional<size_t> best_own = Choose(tried, options.tuning, /*own_only=*/true);
   int32_t others = own;  // the first candidate of another strategy
+  // The best of dcp's own and the runner-up each get their division count searched, then are
+  // planned again split into head groups, each of those as the others were and then searching its
+  // own count (the split pays only with its own count). Refining only the best made a larger
+  // candidate set choose worse whenever the runner-up gained more from its refinement. One after
+  // the other, each on every thread: the division counts are replayed at once (the same plans on
+  // any thread count). The other strategies are held to the best.
+  std::vector<size_t> to_refine;
   if (best_own) {
-    // The best of dcp's own gets its division count searched, then is planned again split into
-    // head groups, each of those as the others were and then searching its own count (the split
-    // pays only with its own count). One after the other, each on every thread: the division
-    // counts are replayed at once (the same plans on any thread count). The other strategies are
-    // held to the best.
-    const Candidate best = candidates[*best_own];
-    RefineDivisions(batch, *best.own, options, options.threads, &**tried[*best_own].planned,
-                    &tried[*best_own].outcome);
-    const auto tiles =
-        static_cast<int64_t>((*tried[*best_own].planned)->blocks.compute_blocks.size());
-    if (tiles <= options.tuning.split_max_tiles_per_device * options.topology.devices()) {
-      for (int64_t g : head_groups) {
-        DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
-        Candidate& c = *candidates.insert(candidates.begin() + others, best);
-        c.own->head_groups = g;
-        c.own->threads = options.threads;
-        c.name += HeadGroupsSuffix(g);
-        Tried& t = *tried.insert(tried.begin() + others, Try(batch, c, options, kNoBound));
-        if (Planned(t)) {
-          RefineDivisions(batch, *c.own, options, options.threads, &**t.planned, &t.outcome);
-        }
-        ReleaseLosers(tried, options.tuning);
-        ReportProgress(options.monitor, "candidates", ++done, total);
-        ++others;
+    to_refine.push_back(*best_own);
+    if (std::optional<size_t> next = RunnerUp(tried, *best_own)) to_refine.push_back(*next);
+  }
+  for (const size_t index : to_refine) {
+    DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
+    const Candidate refined = candidates[index];
+    if (tried[index].released)
+      tried[index] = Try(batch, refined, options, kNoBound);  // the same plan
+    if (!Planned(tried[index])) continue;
+    RefineDivisions(batch, *refined.own, options, options.threads, &**tried[index].planned,
+                    &tried[index].outcome);
+    const auto tiles = static_cast<int64_t>((*tried[index].planned)->blocks.compute_blocks.size());
+    ReleaseLosers(tried, options.tuning);
+    if (tiles > options.tuning.split_max_tiles_per_device * options.topology.devices()) continue;
+    for (int64_t g : head_groups) {
+      DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
+      Candidate& c = *candidates.insert(candidates.begin() + others, refined);
+      c.own->head_groups = g;
+      c.own->threads = options.threads;
+      c.name += HeadGroupsSuffix(g);
+      Tried& t = *tried.insert(tried.begin() + others, Try(batch, c, options, kNoBound));
+      if (Planned(t)) {
+        RefineDivisions(batch, *c.own, options, options.threads, &**t.planned, &t.outcome);
       }
-      best_own = Choose(tried, options.tuning, /*own_only=*/true);
+      ReleaseLosers(tried, options.tuning);
+      report_done();
+      ++others;
     }
   }
+  best_own = Choose(tried, options.tuning, /*own_only=*/true);
   done = own + splits;  // the splits not made count as done
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
   try_range(others, static_cast<int32_t>(candidates.size()), WinningBound(tried, options.tuning));
