@@ -395,26 +395,15 @@ Status Decode(Reader& r, Slice* s) {
   return AsCorrupt(internal::CheckSlice(*s, kMaxSequenceLength));
 }
 
-// A row's and a column's slots: the ones their pass reads or accumulates into are required, the
+// A row's or a column's slots: the ones its pass reads or accumulates into are required, the
 // others optional.
-Status CheckRowSlots(const ProgramScope& scope, Pass pass, const AttentionRow& row) {
-  const SlotUse forward = pass == Pass::kForward ? SlotUse::kRequired : SlotUse::kOptional;
-  const SlotUse backward = pass == Pass::kBackward ? SlotUse::kRequired : SlotUse::kOptional;
-  const struct {
-    std::string_view field;
-    SlotId slot;
-    SlotUse use;
-  } fields[] = {{"q", row.q, SlotUse::kRequired},     {"out", row.out, forward},
-                {"lse", row.lse, SlotUse::kRequired}, {"d_o", row.d_o, backward},
-                {"delta", row.delta, backward},       {"dq", row.dq, backward}};
-  for (const auto& f : fields) DCP_RETURN_IF_ERROR(CheckSlot(scope, f.slot, f.field, f.use));
+template <size_t N>
+Status CheckCallSlots(const ProgramScope& scope, const std::array<internal::SlotField, N>& fields) {
+  for (const internal::SlotField& f : fields) {
+    DCP_RETURN_IF_ERROR(
+        CheckSlot(scope, f.slot, f.name, f.used ? SlotUse::kRequired : SlotUse::kOptional));
+  }
   return Status::Ok();
-}
-
-Status CheckColumnSlots(const ProgramScope& scope, Pass pass, const AttentionColumn& column) {
-  DCP_RETURN_IF_ERROR(CheckSlot(scope, column.kv, "kv", SlotUse::kRequired));
-  return CheckSlot(scope, column.dkv, "dkv",
-                   pass == Pass::kBackward ? SlotUse::kRequired : SlotUse::kOptional);
 }
 
 // A tile's compute block, row, column and slices exist, and its slices' rows lie inside its q
@@ -447,11 +436,11 @@ Status Decode(Reader& r, const ProgramScope& scope, BlockwiseAttention* a) {
   DCP_RETURN_IF_ERROR(AsCorrupt(internal::CheckDivision(a->division, scope.plan.n_divisions)));
   const auto decode_row = [&](AttentionRow* row) {
     DCP_RETURN_IF_ERROR(r.Read(&row->q, &row->out, &row->lse, &row->d_o, &row->delta, &row->dq));
-    return CheckRowSlots(scope, a->pass, *row);
+    return CheckCallSlots(scope, internal::RowSlots(*row, a->pass));
   };
   const auto decode_column = [&](AttentionColumn* c) {
     DCP_RETURN_IF_ERROR(r.Read(&c->kv, &c->dkv));
-    return CheckColumnSlots(scope, a->pass, *c);
+    return CheckCallSlots(scope, internal::ColumnSlots(*c, a->pass));
   };
   DCP_RETURN_IF_ERROR(r.List(kMinRowBytes, "row", &a->rows, decode_row));
   DCP_RETURN_IF_ERROR(r.List(kMinColumnBytes, "column", &a->columns, decode_column));

@@ -7,7 +7,9 @@
 // callers add the context above that. Internal to src/plan.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <string_view>
 
 #include "dcp/plan.h"
 
@@ -35,6 +37,26 @@ Status CheckDivision(int32_t division, int32_t n_divisions);
 // A mask slice of a tile whose q block has `rows` tokens: rows inside the tile, slopes 0 or 1,
 // bases in [-kMaxSliceBase, kMaxSliceBase].
 Status CheckSlice(const Slice& slice, int64_t rows);
+
+// One slot field of an attention call's row or column, and whether the call's pass uses it: a
+// used field names a slot, an unused one is -1 (the validator insists, the decoder allows a slot).
+struct SlotField {
+  std::string_view name;
+  SlotId slot;
+  bool used;
+};
+inline std::array<SlotField, 6> RowSlots(const AttentionRow& row, Pass pass) {
+  const bool forward = pass == Pass::kForward;
+  return {{{"q", row.q, true},
+           {"out", row.out, forward},
+           {"lse", row.lse, true},
+           {"d_o", row.d_o, !forward},
+           {"delta", row.delta, !forward},
+           {"dq", row.dq, !forward}}};
+}
+inline std::array<SlotField, 2> ColumnSlots(const AttentionColumn& column, Pass pass) {
+  return {{{"kv", column.kv, true}, {"dkv", column.dkv, pass == Pass::kBackward}}};
+}
 
 // The bytes a CommLaunch entry moves of `slot`, which holds `capacity`: in [0, capacity].
 Status CheckEntryBytes(int64_t bytes, SlotId slot, int64_t capacity);

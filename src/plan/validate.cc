@@ -594,13 +594,8 @@ Status PassValidator::Union(const std::vector<const Content*>& sources, std::vec
 // others (a row or column no tile uses too: the decoder checks them all).
 Status PassValidator::CheckRowsAndColumns(const SymbolicDevice& dev,
                                           const BlockwiseAttention& attention) const {
-  struct Field {
-    std::string_view name;
-    SlotId slot;
-    bool used;
-  };
-  const auto check = [&](std::string_view what, size_t index, std::span<const Field> fields) {
-    for (const Field& f : fields) {
+  const auto check = [&](std::string_view what, size_t index, const auto& fields) {
+    for (const internal::SlotField& f : fields) {
       Status status = f.used         ? CheckSlotExists(dev, f.slot, f.name, -1)
                       : f.slot == -1 ? Status::Ok()
                                      : Status::InvalidArgument(fmt::format(
@@ -609,18 +604,12 @@ Status PassValidator::CheckRowsAndColumns(const SymbolicDevice& dev,
     }
     return Status::Ok();
   };
-  const bool forward = attention.pass == Pass::kForward;
   for (size_t i = 0; i < attention.rows.size(); ++i) {
-    const AttentionRow& r = attention.rows[i];
-    const Field fields[] = {
-        {"q", r.q, true},         {"out", r.out, forward},      {"lse", r.lse, true},
-        {"d_o", r.d_o, !forward}, {"delta", r.delta, !forward}, {"dq", r.dq, !forward}};
-    DCP_RETURN_IF_ERROR(check("row", i, fields));
+    DCP_RETURN_IF_ERROR(check("row", i, internal::RowSlots(attention.rows[i], attention.pass)));
   }
   for (size_t i = 0; i < attention.columns.size(); ++i) {
-    const AttentionColumn& c = attention.columns[i];
-    const Field fields[] = {{"kv", c.kv, true}, {"dkv", c.dkv, !forward}};
-    DCP_RETURN_IF_ERROR(check("column", i, fields));
+    DCP_RETURN_IF_ERROR(
+        check("column", i, internal::ColumnSlots(attention.columns[i], attention.pass)));
   }
   return Status::Ok();
 }

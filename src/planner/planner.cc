@@ -572,8 +572,8 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
   for (const size_t index : to_refine) {
     DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
     const Candidate refined = candidates[index];
-    if (tried[index].released)
-      tried[index] = Try(batch, refined, options, kNoBound);  // the same plan
+    // A released plan is planned again: the same plan.
+    if (tried[index].released) tried[index] = Try(batch, refined, options, kNoBound);
     if (!Planned(tried[index])) continue;
     RefineDivisions(batch, *refined.own, options, options.threads, &**tried[index].planned,
                     &tried[index].outcome);
