@@ -41,7 +41,9 @@ struct ScheduleOptions {
 enum class Side : uint8_t { kRow = 0, kColumn = 1 };
 
 // One piece moving to one device before a division. Phase 0 transfers start when the previous
-// division starts; phase 1 transfers forward, inside a node, what a relay received in phase 0.
+// division starts; phase 1 transfers forward, inside a node, what a relay received in phase 0
+// of the same division (dcp's schedules only for division 1: later, the relay receives it a
+// division earlier and forwards in phase 0).
 struct Transfer {
   DataBlockId block;
   int32_t head_group = 0;

@@ -135,13 +135,13 @@ class DivisionScheduler {
   // (the device of that node needing it first), which forwards it to the others.
   template <typename Emit>
   void Route(const std::vector<int32_t>& division, const Emit& emit) const {
-    const auto transfer = [&](DeviceId from, const Use& use, int32_t phase) {
+    const auto transfer = [&](DeviceId from, const Use& use, int32_t at, int32_t phase) {
       emit(Transfer{.block = DataBlockId{use.piece.block},
                     .head_group = use.piece.head_group,
                     .side = use.piece.side,
                     .source = from,
                     .destination = DeviceId{use.device},
-                    .division = division[use.slot],
+                    .division = at,
                     .phase = phase});
     };
     // first_reads_ is ordered by piece, then node, then device.
@@ -155,7 +155,9 @@ class DivisionScheduler {
       }
       const DeviceId owner{Owner(DataBlockId{piece.block})};
       if (topology_.NodeOf(owner) == node) {
-        for (size_t i = begin; i < end; ++i) transfer(owner, first_reads_[i], 0);
+        for (size_t i = begin; i < end; ++i) {
+          transfer(owner, first_reads_[i], division[first_reads_[i].slot], 0);
+        }
       } else {
         const Use* relay = &first_reads_[begin];
         for (size_t i = begin + 1; i < end; ++i) {
@@ -165,12 +167,21 @@ class DivisionScheduler {
             relay = &use;
           }
         }
-        transfer(owner, *relay, 0);
+        // A device needing the piece in the relay's own division would get it in phase 1, a
+        // forward that waits for the relay to finish the division before and is not hidden by
+        // any compute. From division 2 on the relay fetches it one division early instead, and
+        // every forward is phase 0.
+        const int32_t first = division[relay->slot];
+        const bool shared = std::any_of(
+            first_reads_.begin() + begin, first_reads_.begin() + end,
+            [&](const Use& use) { return &use != relay && division[use.slot] == first; });
+        const bool early = shared && first >= 2;
+        transfer(owner, *relay, early ? first - 1 : first, 0);
         for (size_t i = begin; i < end; ++i) {
           const Use& use = first_reads_[i];
           if (&use == relay) continue;
-          transfer(DeviceId{relay->device}, use,
-                   division[use.slot] == division[relay->slot] ? 1 : 0);
+          const int32_t at = division[use.slot];
+          transfer(DeviceId{relay->device}, use, at, at == first && !early ? 1 : 0);
         }
       }
       begin = end;

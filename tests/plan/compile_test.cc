@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <tuple>
 #include <variant>
@@ -399,6 +400,63 @@ TEST(ScheduleDivisions, CrossesTheNetworkOncePerPieceAndNode) {
           << "block " << t.block.value << " crosses into node " << node << " twice";
     }
   }
+}
+
+}  // namespace
+}  // namespace dcp
+
+namespace dcp {
+namespace {
+
+// Every device holds each remote piece it reads by the division of its first tile reading it,
+// and a relay forwards a piece only once it holds it. A forward in phase 1 waits for the relay
+// to finish the division before and moves while nothing computes, so it is left only for
+// division 1 (division 0 has no launch to fetch earlier with): from division 2 on, a relay
+// fetches what it shares with its node a division early.
+TEST(ScheduleDivisions, RelaysForwardInPhaseOneOnlyForTheFirstDivision) {
+  int64_t forwards = 0;
+  for (uint64_t seed = 0; seed < testing::RandomCases(200); ++seed) {
+    SCOPED_TRACE(seed);
+    const RandomPlanCase c = MakeCase(seed);
+    Result<Batch> batch = c.MakeBatch();
+    ASSERT_TRUE(batch.ok());
+    Result<BlockSet> blocks =
+        MakeBlocks(*batch, {.block_size = c.block_size, .head_groups = c.head_groups});
+    ASSERT_TRUE(blocks.ok());
+    Result<PartitionResult> placed = PartitionBlocks(*blocks, c.topology, {});
+    ASSERT_TRUE(placed.ok());
+    const Placement& p = placed->placement;
+    Result<Schedule> schedule =
+        ScheduleDivisions(*blocks, p, c.topology, {.divisions = c.divisions});
+    ASSERT_TRUE(schedule.ok());
+    using Held = std::tuple<int32_t, int32_t, Side, int32_t>;  // block, group, side, device
+    std::map<Held, std::pair<int32_t, int32_t>> arrival;       // (division, phase)
+    for (const Transfer& t : schedule->transfers) {
+      arrival[{t.block.value, t.head_group, t.side, t.destination.value}] = {t.division, t.phase};
+    }
+    for (const Transfer& t : schedule->transfers) {
+      if (t.phase == 1) {
+        EXPECT_EQ(t.division, 1) << "block " << t.block.value;
+      }
+      if (p.data_device[t.block.value] == t.source) continue;
+      ++forwards;
+      auto held = arrival.find({t.block.value, t.head_group, t.side, t.source.value});
+      ASSERT_NE(held, arrival.end()) << "device " << t.source.value << " forwards block "
+                                     << t.block.value << " it never receives";
+      EXPECT_LT(held->second, std::pair(t.division, t.phase)) << "block " << t.block.value;
+    }
+    for (size_t i = 0; i < blocks->compute_blocks.size(); ++i) {
+      const ComputeBlock& cb = blocks->compute_blocks[i];
+      const DeviceId d = p.compute_device[i];
+      for (auto [side, block] : {std::pair{Side::kRow, cb.q_block}, {Side::kColumn, cb.kv_block}}) {
+        if (p.data_device[block.value] == d) continue;
+        auto held = arrival.find({block.value, cb.head_group, side, d.value});
+        ASSERT_NE(held, arrival.end()) << "compute block " << i;
+        EXPECT_LE(held->second.first, schedule->compute_division[i]) << "compute block " << i;
+      }
+    }
+  }
+  EXPECT_GT(forwards, 0);
 }
 
 }  // namespace
