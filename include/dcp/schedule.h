@@ -2,10 +2,12 @@
 // Division scheduling: which division each compute block runs in, and which data moves, from
 // where to where, before each division.
 //
-// Division 0 holds every tile whose inputs are all local, so it needs no communication. The other
-// tiles of a device are spread over divisions 1..n-1; the inputs a division needs move while the
-// previous division computes. A piece needed by devices of a node other than its owner's crosses
-// the network once, to a relay device of that node, and is forwarded inside the node from there.
+// Division 0 holds tiles whose inputs are all local, so it needs no communication: a device's
+// local tiles up to an n-th of its compute (the rest join the last division, so that no device's
+// division 0 holds up the devices fetching from it). The other tiles of a device are spread over
+// divisions 1..n-1; the inputs a division needs move while the previous division computes. A piece
+// needed by devices of a node other than its owner's crosses the network once, to a relay device of
+// that node, and is forwarded inside the node from there.
 #pragma once
 
 #include <cstdint>

@@ -3,7 +3,8 @@
 //
 // Per device, the tiles needing remote data are ordered (those needing data from other nodes in
 // the middle, tiles sharing a row as neighbours; see OrderRemoteTiles) and cut into divisions
-// 1..n-1. The number of divisions is the
+// 1..n-1, followed in the last division by the local tiles that division 0 leaves (LocalHead).
+// The number of divisions is the
 // one whose modelled timeline (each division's inputs moving while the previous one computes) is
 // shortest on the slowest device, trying divisions of equal compute and divisions sized so that
 // each one's data moves while the previous one computes.
@@ -42,16 +43,20 @@ class DivisionScheduler {
   DivisionScheduler(const BlockSet& blocks, const Placement& placement, const Topology& topology,
                     const ScheduleOptions& options)
       : blocks_(blocks), placement_(placement), topology_(topology), options_(options) {
-    std::vector<std::vector<int32_t>> remote(topology.devices());
+    std::vector<std::vector<int32_t>> remote(topology.devices()), local(topology.devices());
     for (int32_t c = 0; c < static_cast<int32_t>(blocks.compute_blocks.size()); ++c) {
-      const ComputeBlock& cb = blocks.compute_blocks[c];
       const int32_t d = placement.compute_device[c].value;
-      if (Owner(cb.q_block) != d || Owner(cb.kv_block) != d) remote[d].push_back(c);
+      (IsLocal(c, d) ? local : remote)[d].push_back(c);
     }
-    local_seconds_.assign(topology.devices(), 0);
+    local_begin_.push_back(0);
+    for (int32_t d = 0; d < topology.devices(); ++d) {
+      for (int32_t c : local[d]) local_flops_.push_back(Flops(c));
+      local_tile_.insert(local_tile_.end(), local[d].begin(), local[d].end());
+      local_begin_.push_back(static_cast<int32_t>(local_tile_.size()));
+    }
+    device_flops_.assign(topology.devices(), 0);
     for (int32_t c = 0; c < static_cast<int32_t>(blocks.compute_blocks.size()); ++c) {
-      const int32_t d = placement.compute_device[c].value;
-      if (IsLocal(c, d)) local_seconds_[d] += Seconds(c);
+      device_flops_[placement.compute_device[c].value] += Flops(c);
     }
     internal::ParallelFor(topology.devices(), options.threads,
                           [&](int32_t d) { OrderRemoteTiles(d, remote[d]); });
@@ -77,13 +82,43 @@ class DivisionScheduler {
 
   bool HasRemoteWork() const { return !tile_.empty(); }
 
+  // Division 0 holds a device's local tiles (all inputs its own) up to an n-th of the device's
+  // compute; the rest join the last division. A device whose division 0 ran longer than the
+  // others' would hold up every device fetching from it: its launches for the next divisions
+  // would come late.
+  struct Assignment {
+    std::vector<int32_t> division;    // per slot
+    std::vector<int32_t> head;        // per device: its first local tiles, in division 0
+    std::vector<int64_t> head_flops;  // per device
+    std::vector<int64_t> tail_flops;  // per device: its local tiles in the last division
+  };
+  Assignment LocalHead(int32_t n) const {
+    const int32_t devices = topology_.devices();
+    Assignment a{.division = std::vector<int32_t>(tile_.size()),
+                 .head = std::vector<int32_t>(devices, 0),
+                 .head_flops = std::vector<int64_t>(devices, 0),
+                 .tail_flops = std::vector<int64_t>(devices, 0)};
+    for (int32_t d = 0; d < devices; ++d) {
+      const int64_t budget = device_flops_[d] / n;
+      int32_t i = local_begin_[d];
+      for (; i < local_begin_[d + 1] && a.head_flops[d] + local_flops_[i] / 2 <= budget; ++i) {
+        a.head_flops[d] += local_flops_[i];
+      }
+      a.head[d] = i - local_begin_[d];
+      for (; i < local_begin_[d + 1]; ++i) a.tail_flops[d] += local_flops_[i];
+    }
+    return a;
+  }
+
   // Divisions sized to hide communication: division t takes tiles until the data they need
   // would take longer to move than division t-1 takes to compute; the last division takes the
   // rest. Small early divisions behind a short division 0, larger ones later. Per slot.
-  std::vector<int32_t> AssignHiding(int32_t n) const {
-    std::vector<int32_t> division(tile_.size());
+  Assignment AssignHiding(int32_t n) const {
+    Assignment a = LocalHead(n);
+    std::vector<int32_t>& division = a.division;
     for (int32_t d = 0; d < topology_.devices(); ++d) {
-      double previous = local_seconds_[d];  // compute of the division before the one being filled
+      // Compute of the division before the one being filled.
+      double previous = static_cast<double>(a.head_flops[d]) / options_.device_flops;
       int32_t t = 1;
       double moving = 0, computing = 0;
       for (int32_t slot = begin_[d]; slot < begin_[d + 1]; ++slot) {
@@ -97,15 +132,16 @@ class DivisionScheduler {
         division[slot] = t;
       }
     }
-    return division;
+    return a;
   }
 
-  // Divisions for n divisions (n >= 2), per slot: each device's remote tiles cut into n - 1
-  // divisions of equal compute.
-  std::vector<int32_t> Assign(int32_t n) const {
-    std::vector<int32_t> division(tile_.size());
+  // Divisions for n divisions (n >= 2), per slot: each device's remote tiles, and after them the
+  // local tiles left out of division 0, cut into n - 1 divisions of equal compute.
+  Assignment Assign(int32_t n) const {
+    Assignment a = LocalHead(n);
+    std::vector<int32_t>& division = a.division;
     for (int32_t d = 0; d < topology_.devices(); ++d) {
-      int64_t total = 0;
+      int64_t total = a.tail_flops[d];
       for (int32_t slot = begin_[d]; slot < begin_[d + 1]; ++slot) total += flops_[slot];
       int64_t prefix = 0;
       for (int32_t slot = begin_[d]; slot < begin_[d + 1]; ++slot) {
@@ -118,13 +154,19 @@ class DivisionScheduler {
         prefix += flops_[slot];
       }
     }
-    return division;
+    return a;
   }
 
-  // Every compute block's division from the remote tiles' (local tiles compute in division 0).
-  std::vector<int32_t> ComputeDivision(const std::vector<int32_t>& division) const {
+  // Every compute block's division: the remote tiles' from the assignment, local tiles in
+  // division 0 or, past a device's head, the last division.
+  std::vector<int32_t> ComputeDivision(const Assignment& a, int32_t n) const {
     std::vector<int32_t> out(blocks_.compute_blocks.size(), 0);
-    for (size_t slot = 0; slot < tile_.size(); ++slot) out[tile_[slot]] = division[slot];
+    for (size_t slot = 0; slot < tile_.size(); ++slot) out[tile_[slot]] = a.division[slot];
+    for (int32_t d = 0; d < topology_.devices(); ++d) {
+      for (int32_t i = local_begin_[d] + a.head[d]; i < local_begin_[d + 1]; ++i) {
+        out[local_tile_[i]] = n - 1;
+      }
+    }
     return out;
   }
 
@@ -197,14 +239,16 @@ class DivisionScheduler {
   // Modelled time of a pass: division t's inputs move while division t-1 computes, and since
   // an exchange starts only when both ends reach it, every division boundary waits for the slowest
   // device. A device's inputs from other nodes share its node's network with the node's others.
-  double ModelledTime(const std::vector<int32_t>& division, int32_t n) const {
+  double ModelledTime(const Assignment& a, int32_t n) const {
+    const std::vector<int32_t>& division = a.division;
     const int32_t devices = topology_.devices();
     const auto at = [n](int32_t index, int32_t t) { return static_cast<size_t>(index) * n + t; };
     std::vector<double> compute(static_cast<size_t>(devices) * n, 0);
     std::vector<double> intra(compute.size(), 0), inter(compute.size(), 0);
     std::vector<double> node_inter(static_cast<size_t>(topology_.nodes) * n, 0);
     for (int32_t d = 0; d < devices; ++d) {
-      compute[at(d, 0)] = local_seconds_[d];
+      compute[at(d, 0)] = static_cast<double>(a.head_flops[d]) / options_.device_flops;
+      compute[at(d, n - 1)] += static_cast<double>(a.tail_flops[d]) / options_.device_flops;
       for (int32_t slot = begin_[d]; slot < begin_[d + 1]; ++slot) {
         compute[at(d, division[slot])] += seconds_[slot];
       }
@@ -340,7 +384,11 @@ class DivisionScheduler {
   const Placement& placement_;
   const Topology& topology_;
   const ScheduleOptions& options_;
-  std::vector<double> local_seconds_;  // per device: compute of its local tiles
+  // Each device's local tiles, in block order: device d's are [local_begin_[d], local_begin_[d +
+  // 1]).
+  std::vector<int32_t> local_tile_, local_begin_;
+  std::vector<int64_t> local_flops_;   // per local tile
+  std::vector<int64_t> device_flops_;  // per device: all its tiles
   // The tiles needing remote data, numbered by slot: device d's are slots [begin_[d],
   // begin_[d + 1]) in its order (OrderRemoteTiles). Each layout's work runs over the slots, with
   // their values laid out in that order, rather than over every tile of the batch.
@@ -406,19 +454,18 @@ Result<Schedule> ScheduleDivisions(const BlockSet& blocks, const Placement& plac
   for (int32_t n = first; n <= last; ++n) {
     for (bool hiding : {false, true}) layouts.push_back({n, hiding});
   }
-  const auto make = [&](const Layout& layout) {
+  const auto make = [&](const Layout& layout) -> DivisionScheduler::Assignment {
     return layout.hiding ? scheduler.AssignHiding(layout.n) : scheduler.Assign(layout.n);
   };
   std::vector<double> time(layouts.size());
   internal::ParallelFor(static_cast<int32_t>(layouts.size()), options.threads, [&](int32_t i) {
-    const std::vector<int32_t> division = make(layouts[i]);
-    time[i] = scheduler.ModelledTime(division, layouts[i].n);
+    time[i] = scheduler.ModelledTime(make(layouts[i]), layouts[i].n);
   });
   const Layout& chosen = layouts[std::min_element(time.begin(), time.end()) - time.begin()];
-  const std::vector<int32_t> division = make(chosen);
+  const DivisionScheduler::Assignment assignment = make(chosen);
   Schedule best{.n_divisions = chosen.n,
-                .compute_division = scheduler.ComputeDivision(division),
-                .transfers = scheduler.Transfers(division),
+                .compute_division = scheduler.ComputeDivision(assignment, chosen.n),
+                .transfers = scheduler.Transfers(assignment.division),
                 .reduce_in_node = true};
   // The schedule's order: by division, then phase (relays forward after they receive).
   std::sort(best.transfers.begin(), best.transfers.end(), [](const Transfer& a, const Transfer& b) {

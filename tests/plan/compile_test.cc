@@ -353,27 +353,55 @@ TEST(ScheduleDivisions, SchedulesAlikeOnAnyThreadCount) {
   EXPECT_FALSE(ScheduleDivisions(*blocks, placed->placement, topology, {.threads = 0}).ok());
 }
 
-TEST(ScheduleDivisions, PutsTilesWithOnlyLocalInputsInDivisionZero) {
+// Division 0 holds only tiles whose inputs are all local: each device's first ones up to an n-th
+// of its compute (at least one), the others in the last division, where there is more than one.
+TEST(ScheduleDivisions, PutsLocalTilesInDivisionZeroUpToAnNthOfTheDeviceAndTheRestLast) {
   auto batch = Batch::Create({4096, 3000, 1000}, {MaskSpec{}}, AttentionShape{});
   auto blocks = MakeBlocks(*batch, {.block_size = 512});
   const Topology topology{.nodes = 2, .devices_per_node = 2};
   auto placed = PartitionBlocks(*blocks, topology, {});
-  auto schedule = ScheduleDivisions(*blocks, placed->placement, topology, {});
-  ASSERT_TRUE(schedule.ok());
   const Placement& p = placed->placement;
-  for (size_t c = 0; c < blocks->compute_blocks.size(); ++c) {
-    const ComputeBlock& cb = blocks->compute_blocks[c];
-    const bool local = p.data_device[cb.q_block.value] == p.compute_device[c] &&
-                       p.data_device[cb.kv_block.value] == p.compute_device[c];
-    EXPECT_EQ(schedule->compute_division[c] == 0, local) << "compute block " << c;
-  }
-  // Every transfer across nodes goes to a device that needs it first or forwards it.
-  for (const Transfer& t : schedule->transfers) {
-    EXPECT_GE(t.division, 1);
-    if (topology.NodeOf(t.source) != topology.NodeOf(t.destination)) {
-      EXPECT_EQ(t.phase, 0);
+  int64_t late = 0, largest_tile = 0;
+  for (int32_t divisions : {2, 3, 5, 8}) {
+    auto schedule = ScheduleDivisions(*blocks, p, topology, {.divisions = divisions});
+    ASSERT_TRUE(schedule.ok());
+    std::vector<int64_t> total(topology.devices(), 0), first(topology.devices(), 0);
+    std::vector<int64_t> first_local(topology.devices(), -1);
+    for (size_t c = 0; c < blocks->compute_blocks.size(); ++c) {
+      const ComputeBlock& cb = blocks->compute_blocks[c];
+      const int32_t d = p.compute_device[c].value;
+      const bool local = p.data_device[cb.q_block.value] == p.compute_device[c] &&
+                         p.data_device[cb.kv_block.value] == p.compute_device[c];
+      const int64_t flops = blocks->FlopsFwd(cb) + blocks->FlopsBwd(cb);
+      largest_tile = std::max(largest_tile, flops);
+      const int32_t division = schedule->compute_division[c];
+      total[d] += flops;
+      if (division == 0) first[d] += flops;
+      if (local && first_local[d] < 0) first_local[d] = division;
+      if (division == 0) {
+        EXPECT_TRUE(local) << "compute block " << c;
+      }
+      if (local) {
+        EXPECT_TRUE(division == 0 || division == divisions - 1) << "compute block " << c;
+        late += division != 0;
+      }
+    }
+    for (int32_t d = 0; d < topology.devices(); ++d) {
+      if (first_local[d] >= 0) {
+        EXPECT_EQ(first_local[d], 0) << "device " << d;
+      }
+      // The head is cut at a tile's middle, so it passes an n-th by at most half a tile.
+      EXPECT_LE(first[d], total[d] / divisions + largest_tile / 2) << "device " << d;
+    }
+    // Every transfer across nodes goes to a device that needs it first or forwards it.
+    for (const Transfer& t : schedule->transfers) {
+      EXPECT_GE(t.division, 1);
+      if (topology.NodeOf(t.source) != topology.NodeOf(t.destination)) {
+        EXPECT_EQ(t.phase, 0);
+      }
     }
   }
+  EXPECT_GT(late, 0);
 }
 
 }  // namespace
