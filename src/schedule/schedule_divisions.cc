@@ -82,16 +82,19 @@ class DivisionScheduler {
 
   bool HasRemoteWork() const { return !tile_.empty(); }
 
-  // Division 0 holds a device's local tiles (all inputs its own) up to an n-th of the device's
-  // compute; the rest join the last division. A device whose division 0 ran longer than the
-  // others' would hold up every device fetching from it: its launches for the next divisions
-  // would come late.
+  // A layout of n divisions: the remote tiles' divisions, and how each device's local tiles split
+  // between division 0 (its head) and the last division.
   struct Assignment {
     std::vector<int32_t> division;    // per slot
     std::vector<int32_t> head;        // per device: its first local tiles, in division 0
     std::vector<int64_t> head_flops;  // per device
     std::vector<int64_t> tail_flops;  // per device: its local tiles in the last division
   };
+
+  // An assignment with the local tiles split for n divisions: division 0 holds a device's local
+  // tiles (all inputs its own) up to an n-th of the device's compute, the rest join the last
+  // division. A device whose division 0 ran longer than the others' would hold up every device
+  // fetching from it, since its launches for the next divisions would come late.
   Assignment LocalHead(int32_t n) const {
     const int32_t devices = topology_.devices();
     Assignment a{.division = std::vector<int32_t>(tile_.size()),
@@ -384,8 +387,8 @@ class DivisionScheduler {
   const Placement& placement_;
   const Topology& topology_;
   const ScheduleOptions& options_;
-  // Each device's local tiles, in block order: device d's are [local_begin_[d], local_begin_[d +
-  // 1]).
+  // The local tiles, in block order; device d's are local_tile_[local_begin_[d] ..
+  // local_begin_[d + 1]).
   std::vector<int32_t> local_tile_, local_begin_;
   std::vector<int64_t> local_flops_;   // per local tile
   std::vector<int64_t> device_flops_;  // per device: all its tiles
