@@ -509,6 +509,30 @@ std::vector<int64_t> HeadGroupsToTry(const Batch& batch, const PlanOptions& opti
   return counts;
 }
 
+// dcp's fastest own candidate `best` again with TuningOptions::tightened, when they are tighter
+// than its tolerances and it has few enough tiles (TuningOptions::split_max_tiles_per_device).
+std::optional<Candidate> Tightened(const Candidate& best, const Tried& tried,
+                                   const PlanOptions& options) {
+  const Tolerances eps = *options.tuning.tightened;
+  const PartitionOptions& own = best.own->partition;
+  const bool tighter = eps.compute <= own.eps_compute && eps.inter <= own.eps_inter &&
+                       (eps.compute < own.eps_compute || eps.inter < own.eps_inter);
+  if (!tighter || !Planned(tried)) return std::nullopt;
+  const PlannedBatch& planned = **tried.planned;
+  const auto tiles = static_cast<int64_t>(planned.blocks.compute_blocks.size());
+  if (tiles > options.tuning.split_max_tiles_per_device * options.topology.devices()) {
+    return std::nullopt;
+  }
+  Candidate c = best;
+  c.own->block_size = planned.blocks.block_size;
+  c.own->partition.eps_compute = eps.compute;
+  c.own->partition.eps_inter = eps.inter;
+  c.own->threads = options.threads;
+  c.name = fmt::format("dcp {}:{}/{}{}", c.own->block_size, eps.compute, eps.inter,
+                       HeadGroupsSuffix(c.own->head_groups));
+  return c;
+}
+
 // Plans every candidate on `threads` threads and keeps the fastest on the cluster model: dcp's
 // own first; then the best of them and the runner-up get their division counts searched and are
 // planned again split into head groups (HeadGroupsToTry); then the other strategies, each skipped
@@ -523,8 +547,10 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
                                                       [](const Candidate& c) { return c.own; }));
   // dcp's own come first (CandidatesOf); the best of them split into head groups after them.
   const std::vector<int64_t> head_groups = HeadGroupsToTry(batch, options);
-  // Two refined candidates (the best own and the runner-up) are each split.
-  const auto splits = 2 * static_cast<int32_t>(head_groups.size());
+  // Two refined candidates (the best own and the runner-up) are each split; then the fastest of
+  // dcp's own is tightened.
+  const bool tighten = options.tuning.tightened && !options.tuning.tolerances.empty();
+  const auto splits = 2 * static_cast<int32_t>(head_groups.size()) + (tighten ? 1 : 0);
   std::vector<Tried> tried(candidates.size());
   Stopwatch watch;
   const auto total = static_cast<int32_t>(candidates.size()) + splits;
@@ -596,7 +622,21 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
     }
   }
   best_own = Choose(tried, options.tuning, /*own_only=*/true);
-  done = own + splits;  // the splits not made count as done
+  if (best_own && tighten) {
+    DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
+    if (std::optional<Candidate> c = Tightened(candidates[*best_own], tried[*best_own], options)) {
+      const Candidate& tight = *candidates.insert(candidates.begin() + others, *std::move(c));
+      Tried& t = *tried.insert(tried.begin() + others, Try(batch, tight, options, kNoBound));
+      if (Planned(t)) {
+        RefineDivisions(batch, *tight.own, options, options.threads, &**t.planned, &t.outcome);
+      }
+      ReleaseLosers(tried, options.tuning);
+      ++others;
+    }
+    report_done();
+    best_own = Choose(tried, options.tuning, /*own_only=*/true);
+  }
+  done = own + splits;  // the splits and tightening not made count as done
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
   try_range(others, static_cast<int32_t>(candidates.size()), WinningBound(tried, options.tuning));
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
@@ -626,6 +666,12 @@ Status TuningOptions::Validate() const {
     p.eps_compute = eps.compute;
     p.eps_inter = eps.inter;
     DCP_RETURN_IF_ERROR(p.Validate().WithContext("PlanOptions.tuning.tolerances"));
+  }
+  if (tightened) {
+    PartitionOptions p;
+    p.eps_compute = tightened->compute;
+    p.eps_inter = tightened->inter;
+    DCP_RETURN_IF_ERROR(p.Validate().WithContext("PlanOptions.tuning.tightened"));
   }
   if (!(balance_slack >= 0)) {
     return Status::InvalidArgument(

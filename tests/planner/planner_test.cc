@@ -102,6 +102,7 @@ TEST(PlanBatch, TuningKeepsTheFastestCandidateWhateverTheThreads) {
   PlanOptions options = On2x4([](PlanOptions& o) {
     o.tuning.block_sizes = {256, 512, 1024};
     o.tuning.tolerances = {{0.1, 0.4}, {0.05, 0.05}};
+    o.tuning.tightened.reset();         // TuningTightensTheFastestOwnCandidate
     o.tuning.max_peak_imbalance = 1e9;  // time alone decides (memory: the test below)
     o.tuning.head_groups = {};          // (head groups: a test of their own)
     o.division_choice = DivisionChoice::kSimulate;
@@ -173,6 +174,69 @@ TEST(PlanBatch, TuningKeepsTheFastestCandidateWhateverTheThreads) {
 // into the KV heads' two groups, as candidates of dcp's own right after the others, and win when
 // faster; head groups that do not divide the KV heads, or an empty list, add nothing. Each
 // candidate is the pinned pass with its values; the plan is the same on one thread and on three.
+// After the splits, the fastest of dcp's own is planned once more with the tightened tolerances
+// at its block size and head groups, its division count searched: the same plan as pinning
+// them. Not when they are no tighter than its own, unset, or the tolerances pinned.
+TEST(PlanBatch, TuningTightensTheFastestOwnCandidate) {
+  const Batch batch = TestBatch();
+  PlanOptions options = On2x4([](PlanOptions& o) {
+    o.tuning.block_sizes = {512, 1024};
+    o.tuning.tolerances = {{0.1, 0.4}, {0.05, 0.05}};
+    o.tuning.head_groups = {};
+    o.tuning.other_strategies = false;
+    o.tuning.max_peak_imbalance = 1e9;  // time alone decides
+    o.tuning.tightened = Tolerances{.compute = 0.02, .inter = 0.01};
+    o.division_choice = DivisionChoice::kSimulate;
+  });
+  auto planned = PlanBatch(batch, options);
+  ASSERT_TRUE(planned.ok()) << planned.status().ToString();
+  ASSERT_EQ(planned->candidates.size(), 5u);
+  const auto by_time = [](const CandidateOutcome& a, const CandidateOutcome& b) {
+    return a.simulated_s < b.simulated_s;
+  };
+  const CandidateOutcome& best =
+      *std::min_element(planned->candidates.begin(), planned->candidates.begin() + 4, by_time);
+  const CandidateOutcome& tight = planned->candidates[4];
+  EXPECT_TRUE(tight.own);
+  int64_t block = 0;
+  ASSERT_EQ(std::sscanf(best.name.c_str(), "dcp %ld:", &block), 1) << best.name;
+  const std::string values = fmt::format("dcp {}:0.02/0.01:", block);
+  EXPECT_EQ(tight.name.substr(0, values.size()), values) << tight.name;
+  auto pinned = PlanBatch(batch, On2x4([&](PlanOptions& o) {
+                            Pin(o, block);
+                            o.partition.eps_compute = 0.02;
+                            o.partition.eps_inter = 0.01;
+                            o.division_choice = DivisionChoice::kSimulate;
+                          }));
+  ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
+  EXPECT_EQ(pinned->plan.origin, tight.name);
+  EXPECT_DOUBLE_EQ(tight.simulated_s, SimulatedSeconds(pinned->plan));
+  const CandidateOutcome& fastest =
+      *std::min_element(planned->candidates.begin(), planned->candidates.end(), by_time);
+  EXPECT_EQ(planned->plan.origin, fastest.name);
+  options.threads = 3;
+  auto threaded = PlanBatch(batch, options);
+  ASSERT_TRUE(threaded.ok()) << threaded.status().ToString();
+  EXPECT_EQ(planned->plan, threaded->plan);
+  // Looser than (0.05, 0.05) in one; equal; unset; too many tiles per device.
+  for (const auto& [tightened, max_tiles] :
+       {std::pair{std::optional<Tolerances>{{.compute = 0.02, .inter = 0.06}}, int64_t{256}},
+        std::pair{std::optional<Tolerances>{{.compute = 0.05, .inter = 0.05}}, int64_t{256}},
+        std::pair{std::optional<Tolerances>{}, int64_t{256}},
+        std::pair{std::optional<Tolerances>{{.compute = 0.02, .inter = 0.01}}, int64_t{0}}}) {
+    options.tuning.tightened = tightened;
+    options.tuning.split_max_tiles_per_device = max_tiles;
+    auto untouched = PlanBatch(batch, options);
+    ASSERT_TRUE(untouched.ok()) << untouched.status().ToString();
+    EXPECT_EQ(untouched->candidates.size(), 4u) << max_tiles;
+  }
+  options.tuning.split_max_tiles_per_device = 256;
+  options.tuning.tightened = Tolerances{.compute = -1, .inter = 0.01};
+  auto bad = PlanBatch(batch, options);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("tightened"), std::string::npos) << bad.status().ToString();
+}
+
 TEST(PlanBatch, TuningSplitsTheTwoBestOwnCandidatesIntoHeadGroups) {
   const Batch batch = TestBatch();  // 2 KV heads
   PlanOptions options = On2x4([](PlanOptions& o) {
@@ -180,6 +244,7 @@ TEST(PlanBatch, TuningSplitsTheTwoBestOwnCandidatesIntoHeadGroups) {
     o.tuning.tolerances = {{0.1, 0.4}, {0.02, 0.02}};
     o.tuning.other_strategies = false;
     o.tuning.max_peak_imbalance = 1e9;  // time alone decides
+    o.tuning.tightened.reset();         // TuningTightensTheFastestOwnCandidate
     o.division_choice = DivisionChoice::kSimulate;
   });
   auto planned = PlanBatch(batch, options);
@@ -485,8 +550,12 @@ TEST(PlanBatch, TunedCandidatesShareThePlanningMemory) {
 // smallest peak it saw.
 TEST(PlanBatch, TuningSkipsCandidatesAboveTheMemoryBudget) {
   const Batch batch = TestBatch();
-  // (Head groups pinned: the candidate split into head groups is made only from a planned one.)
-  auto unbounded = PlanBatch(batch, On2x4([](PlanOptions& o) { o.tuning.head_groups = {}; }));
+  // (Head groups and tightening pinned: the candidates split into head groups or tightened are
+  // made only from a planned one.)
+  auto unbounded = PlanBatch(batch, On2x4([](PlanOptions& o) {
+                               o.tuning.head_groups = {};
+                               o.tuning.tightened.reset();
+                             }));
   ASSERT_TRUE(unbounded.ok()) << unbounded.status().ToString();
   int64_t smallest = std::numeric_limits<int64_t>::max(), largest = 0;
   for (const CandidateOutcome& c : unbounded->candidates) {
@@ -499,6 +568,7 @@ TEST(PlanBatch, TuningSkipsCandidatesAboveTheMemoryBudget) {
   auto bounded = PlanBatch(batch, On2x4([&](PlanOptions& o) {
                              o.memory_budget_bytes = budget;
                              o.tuning.head_groups = {};
+                             o.tuning.tightened.reset();
                            }));
   ASSERT_TRUE(bounded.ok()) << bounded.status().ToString();
   const std::vector<int64_t> peak = PeakBufferBytesPerDevice(bounded->plan);
@@ -511,6 +581,7 @@ TEST(PlanBatch, TuningSkipsCandidatesAboveTheMemoryBudget) {
   auto none = PlanBatch(batch, On2x4([&](PlanOptions& o) {
                           o.memory_budget_bytes = smallest - 1;
                           o.tuning.head_groups = {};
+                          o.tuning.tightened.reset();
                         }));
   ASSERT_EQ(none.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(none.status().message().find(fmt::format("the smallest peak among the {} candidates "
