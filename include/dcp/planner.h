@@ -69,11 +69,12 @@ struct TuningOptions {
   // split doubles a costly plan (4M tokens on 32x8, 2148 per device: 0.7% faster for 45 s more).
   std::vector<int64_t> head_groups = {2};
   int64_t split_max_tiles_per_device = 256;
-  // The fastest of dcp's own after those splits is planned once more with these tolerances (its
-  // block size and head groups, its division count searched), when they are tighter than its own:
-  // batches of one or two long causal sequences gain from a balance the candidates' tolerances
-  // do not reach (111873 + 1611 tokens on 4x8: 17.93 -> 17.28 ms, faster than TE's 17.58). Unset:
-  // not tried (nor when the tolerances are pinned). Same tile bound as the splits.
+  // The fastest two of dcp's own after those splits are each planned once more with these
+  // tolerances (their block size and head groups, the division count searched; one plan per
+  // block size and head groups), when they are tighter than the candidate's own: batches of one
+  // or two long causal sequences gain from a balance the candidates' tolerances do not reach
+  // (111873 + 1611 tokens on 4x8: 17.93 -> 17.28 ms, faster than TE's 17.58). Unset: not tried
+  // (nor when the tolerances are pinned). Same tile bound as the splits.
   std::optional<Tolerances> tightened = Tolerances{.compute = 0.005, .inter = 0.005};
   // Memory balance without a budget: the fastest candidate whose peak buffer bytes are spread
   // within max_peak_imbalance (max/mean over devices) is chosen over a faster one spread worse,

@@ -90,8 +90,8 @@ def plan(
         block_size: tokens per data block; None tunes it among ``candidate_block_sizes``.
         head_groups: compute blocks per tile; divides the batch's KV heads. None: 1, and the
             best of dcp's candidates is also tried with 2 when that divides the KV heads.
-            With tolerances tuned, the fastest of dcp's own is then planned once more with
-            tolerances (0.005, 0.005).
+            With tolerances tuned, the fastest two of dcp's own are then planned once more
+            with tolerances (0.005, 0.005).
         tolerances: (per device, per node) compute tolerances; None tunes them among
             ``candidate_tolerances``.
         eps_memory: data-bytes tolerance per device.

@@ -547,10 +547,10 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
                                                       [](const Candidate& c) { return c.own; }));
   // dcp's own come first (CandidatesOf); the best of them split into head groups after them.
   const std::vector<int64_t> head_groups = HeadGroupsToTry(batch, options);
-  // Two refined candidates (the best own and the runner-up) are each split; then the fastest of
-  // dcp's own is tightened.
+  // Two refined candidates (the best own and the runner-up) are each split; then the fastest two
+  // of dcp's own are tightened.
   const bool tighten = options.tuning.tightened && !options.tuning.tolerances.empty();
-  const auto splits = 2 * static_cast<int32_t>(head_groups.size()) + (tighten ? 1 : 0);
+  const auto splits = 2 * static_cast<int32_t>(head_groups.size()) + (tighten ? 2 : 0);
   std::vector<Tried> tried(candidates.size());
   Stopwatch watch;
   const auto total = static_cast<int32_t>(candidates.size()) + splits;
@@ -623,17 +623,29 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
   }
   best_own = Choose(tried, options.tuning, /*own_only=*/true);
   if (best_own && tighten) {
-    DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
-    if (std::optional<Candidate> c = Tightened(candidates[*best_own], tried[*best_own], options)) {
-      const Candidate& tight = *candidates.insert(candidates.begin() + others, *std::move(c));
-      Tried& t = *tried.insert(tried.begin() + others, Try(batch, tight, options, kNoBound));
-      if (Planned(t)) {
-        RefineDivisions(batch, *tight.own, options, options.threads, &**t.planned, &t.outcome);
+    std::vector<size_t> to_tighten = {*best_own};
+    if (std::optional<size_t> next = RunnerUp(tried, *best_own)) to_tighten.push_back(*next);
+    std::vector<std::pair<int64_t, int64_t>> made;  // (block size, head groups): one plan each
+    for (const size_t index : to_tighten) {         // both before `others`, where the new ones go
+      DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
+      // A released plan is planned again for its blocks (its outcome stays).
+      const Tried base =
+          tried[index].released ? Try(batch, candidates[index], options, kNoBound) : Tried{};
+      const Tried& from = tried[index].released ? base : tried[index];
+      std::optional<Candidate> c = Tightened(candidates[index], from, options);
+      if (c && std::find(made.begin(), made.end(),
+                         std::pair{c->own->block_size, c->own->head_groups}) == made.end()) {
+        made.emplace_back(c->own->block_size, c->own->head_groups);
+        const Candidate& tight = *candidates.insert(candidates.begin() + others, *std::move(c));
+        Tried& t = *tried.insert(tried.begin() + others, Try(batch, tight, options, kNoBound));
+        if (Planned(t)) {
+          RefineDivisions(batch, *tight.own, options, options.threads, &**t.planned, &t.outcome);
+        }
+        ReleaseLosers(tried, options.tuning);
+        ++others;
       }
-      ReleaseLosers(tried, options.tuning);
-      ++others;
+      report_done();
     }
-    report_done();
     best_own = Choose(tried, options.tuning, /*own_only=*/true);
   }
   done = own + splits;  // the splits and tightening not made count as done
