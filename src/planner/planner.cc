@@ -92,15 +92,8 @@ Status CheckPlanningMemory(const BlockSet& blocks, const PlanOptions& options) {
       tiles, blocks.block_size, readable(tiles * kPlanningBytesPerTile), readable(limit)));
 }
 
-// One pass of the pipeline with block size (or its heuristic) and tolerances pinned. Its phases
-// are reported to options.monitor when it is the whole planning (not one of several candidates).
-Result<PlannedBatch> PlanOnce(const Batch& batch, const PlanOptions& options,
-                              bool report_phases = false) {
-  const PlanningMonitor* reports = report_phases ? options.monitor : nullptr;
-  PlannedBatch out;
-  Stopwatch watch;
-  DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
-  ReportProgress(reports, "blocking", 0, 1);
+// The blocks of a pass: options.block_size, or the block-size heuristic's when it is 0.
+Result<BlockSet> BlocksFor(const Batch& batch, const PlanOptions& options) {
   BlockingOptions blocking{.block_size = options.block_size, .head_groups = options.head_groups};
   if (blocking.block_size == 0) {
     DCP_ASSIGN_OR_RETURN(
@@ -110,7 +103,19 @@ Result<PlannedBatch> PlanOnce(const Batch& batch, const PlanOptions& options,
                                                               options.partition.eps_memory}));
     blocking.block_size = choice.block_size;
   }
-  DCP_ASSIGN_OR_RETURN(out.blocks, MakeBlocks(batch, blocking));
+  return MakeBlocks(batch, blocking);
+}
+
+// One pass of the pipeline with block size (or its heuristic) and tolerances pinned. Its phases
+// are reported to options.monitor when it is the whole planning (not one of several candidates).
+Result<PlannedBatch> PlanOnce(const Batch& batch, const PlanOptions& options,
+                              bool report_phases = false) {
+  const PlanningMonitor* reports = report_phases ? options.monitor : nullptr;
+  PlannedBatch out;
+  Stopwatch watch;
+  DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
+  ReportProgress(reports, "blocking", 0, 1);
+  DCP_ASSIGN_OR_RETURN(out.blocks, BlocksFor(batch, options));
   DCP_RETURN_IF_ERROR(CheckPlanningMemory(out.blocks, options));
   out.ms.blocking = watch.Lap();
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
@@ -509,22 +514,25 @@ std::vector<int64_t> HeadGroupsToTry(const Batch& batch, const PlanOptions& opti
   return counts;
 }
 
-// dcp's fastest own candidate `best` again with TuningOptions::tightened, when they are tighter
-// than its tolerances and it has few enough tiles (TuningOptions::split_max_tiles_per_device).
-std::optional<Candidate> Tightened(const Candidate& best, const Tried& tried,
+// dcp's own candidate `best`, planned with `tried`, again with TuningOptions::tightened, when they
+// are tighter than its tolerances and it has few enough tiles
+// (TuningOptions::split_max_tiles_per_device). A released plan's blocks are made again.
+std::optional<Candidate> Tightened(const Batch& batch, const Candidate& best, const Tried& tried,
                                    const PlanOptions& options) {
   const Tolerances eps = *options.tuning.tightened;
   const PartitionOptions& own = best.own->partition;
   const bool tighter = eps.compute <= own.eps_compute && eps.inter <= own.eps_inter &&
                        (eps.compute < own.eps_compute || eps.inter < own.eps_inter);
-  if (!tighter || !Planned(tried)) return std::nullopt;
-  const PlannedBatch& planned = **tried.planned;
-  const auto tiles = static_cast<int64_t>(planned.blocks.compute_blocks.size());
+  if (!tighter || !Planned(tried)) return std::nullopt;  // a released plan counts as planned
+  Result<BlockSet> remade = tried.released ? BlocksFor(batch, *best.own) : BlockSet{};
+  if (!remade.ok()) return std::nullopt;
+  const BlockSet& blocks = tried.released ? *remade : (**tried.planned).blocks;
+  const auto tiles = static_cast<int64_t>(blocks.compute_blocks.size());
   if (tiles > options.tuning.split_max_tiles_per_device * options.topology.devices()) {
     return std::nullopt;
   }
   Candidate c = best;
-  c.own->block_size = planned.blocks.block_size;
+  c.own->block_size = blocks.block_size;
   c.own->partition.eps_compute = eps.compute;
   c.own->partition.eps_inter = eps.inter;
   c.own->threads = options.threads;
@@ -628,11 +636,7 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
     std::vector<std::pair<int64_t, int64_t>> made;  // (block size, head groups): one plan each
     for (const size_t index : to_tighten) {         // both before `others`, where the new ones go
       DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
-      // A released plan is planned again for its blocks (its outcome stays).
-      const Tried base =
-          tried[index].released ? Try(batch, candidates[index], options, kNoBound) : Tried{};
-      const Tried& from = tried[index].released ? base : tried[index];
-      std::optional<Candidate> c = Tightened(candidates[index], from, options);
+      std::optional<Candidate> c = Tightened(batch, candidates[index], tried[index], options);
       if (c && std::find(made.begin(), made.end(),
                          std::pair{c->own->block_size, c->own->head_groups}) == made.end()) {
         made.emplace_back(c->own->block_size, c->own->head_groups);

@@ -44,19 +44,17 @@ class DivisionScheduler {
                     const ScheduleOptions& options)
       : blocks_(blocks), placement_(placement), topology_(topology), options_(options) {
     std::vector<std::vector<int32_t>> remote(topology.devices()), local(topology.devices());
+    device_flops_.assign(topology.devices(), 0);
     for (int32_t c = 0; c < static_cast<int32_t>(blocks.compute_blocks.size()); ++c) {
       const int32_t d = placement.compute_device[c].value;
       (IsLocal(c, d) ? local : remote)[d].push_back(c);
+      device_flops_[d] += Flops(c);
     }
     local_begin_.push_back(0);
     for (int32_t d = 0; d < topology.devices(); ++d) {
       for (int32_t c : local[d]) local_flops_.push_back(Flops(c));
       local_tile_.insert(local_tile_.end(), local[d].begin(), local[d].end());
       local_begin_.push_back(static_cast<int32_t>(local_tile_.size()));
-    }
-    device_flops_.assign(topology.devices(), 0);
-    for (int32_t c = 0; c < static_cast<int32_t>(blocks.compute_blocks.size()); ++c) {
-      device_flops_[placement.compute_device[c].value] += Flops(c);
     }
     internal::ParallelFor(topology.devices(), options.threads,
                           [&](int32_t d) { OrderRemoteTiles(d, remote[d]); });

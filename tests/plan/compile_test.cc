@@ -270,24 +270,17 @@ TEST(CompilePlan, SendsTheBytesThePlacementPredicts) {
   for (uint64_t seed = 0; seed < testing::RandomCases(200); ++seed) {
     const RandomPlanCase c = MakeCase(seed);
     SCOPED_TRACE(::testing::Message() << "seed " << seed << ", topology " << c.topology.ToString());
-    Result<Batch> batch = c.MakeBatch();
-    ASSERT_TRUE(batch.ok());
-    Result<BlockSet> blocks =
-        MakeBlocks(*batch, {.block_size = c.block_size, .head_groups = c.head_groups});
-    ASSERT_TRUE(blocks.ok());
-    Result<PartitionResult> placed = PartitionBlocks(*blocks, c.topology, {});
-    ASSERT_TRUE(placed.ok());
-    Result<Schedule> schedule =
-        ScheduleDivisions(*blocks, placed->placement, c.topology, {.divisions = c.divisions});
-    ASSERT_TRUE(schedule.ok());
+    Result<testing::ScheduledCase> scheduled = testing::ScheduleRandomPlanCase(c);
+    ASSERT_TRUE(scheduled.ok()) << scheduled.status().ToString();
+    const auto& [batch, blocks, placed, schedule] = *scheduled;
     Result<PlacementReport> predicted =
-        EvaluatePlacement(BuildHypergraph(*blocks), placed->placement, c.topology);
+        EvaluatePlacement(BuildHypergraph(blocks), placed.placement, c.topology);
     ASSERT_TRUE(predicted.ok());
     int64_t direct_inter = 0, direct_total = 0;
     for (bool reduce_in_node : {false, true}) {
-      Schedule s = *schedule;
+      Schedule s = schedule;
       s.reduce_in_node = reduce_in_node;
-      Result<Plan> plan = CompilePlan(*batch, *blocks, placed->placement, s, c.topology);
+      Result<Plan> plan = CompilePlan(batch, blocks, placed.placement, s, c.topology);
       ASSERT_TRUE(plan.ok());
       const PlanTraffic f = MeasureTraffic(*plan, Pass::kForward);
       const PlanTraffic b = MeasureTraffic(*plan, Pass::kBackward);
@@ -430,12 +423,6 @@ TEST(ScheduleDivisions, CrossesTheNetworkOncePerPieceAndNode) {
   }
 }
 
-}  // namespace
-}  // namespace dcp
-
-namespace dcp {
-namespace {
-
 // Every device holds each remote piece it reads by the division of its first tile reading it,
 // and a relay forwards a piece only once it holds it. A forward in phase 1 waits for the relay
 // to finish the division before and moves while nothing computes, so it is left only for
@@ -445,24 +432,17 @@ TEST(ScheduleDivisions, RelaysForwardInPhaseOneOnlyForTheFirstDivision) {
   int64_t forwards = 0;
   for (uint64_t seed = 0; seed < testing::RandomCases(200); ++seed) {
     SCOPED_TRACE(seed);
-    const RandomPlanCase c = MakeCase(seed);
-    Result<Batch> batch = c.MakeBatch();
-    ASSERT_TRUE(batch.ok());
-    Result<BlockSet> blocks =
-        MakeBlocks(*batch, {.block_size = c.block_size, .head_groups = c.head_groups});
-    ASSERT_TRUE(blocks.ok());
-    Result<PartitionResult> placed = PartitionBlocks(*blocks, c.topology, {});
-    ASSERT_TRUE(placed.ok());
-    const Placement& p = placed->placement;
-    Result<Schedule> schedule =
-        ScheduleDivisions(*blocks, p, c.topology, {.divisions = c.divisions});
-    ASSERT_TRUE(schedule.ok());
+    Result<testing::ScheduledCase> scheduled = testing::ScheduleRandomPlanCase(MakeCase(seed));
+    ASSERT_TRUE(scheduled.ok()) << scheduled.status().ToString();
+    const BlockSet& blocks = scheduled->blocks;
+    const Placement& p = scheduled->placed.placement;
+    const Schedule& schedule = scheduled->schedule;
     using Held = std::tuple<int32_t, int32_t, Side, int32_t>;  // block, group, side, device
     std::map<Held, std::pair<int32_t, int32_t>> arrival;       // (division, phase)
-    for (const Transfer& t : schedule->transfers) {
+    for (const Transfer& t : schedule.transfers) {
       arrival[{t.block.value, t.head_group, t.side, t.destination.value}] = {t.division, t.phase};
     }
-    for (const Transfer& t : schedule->transfers) {
+    for (const Transfer& t : schedule.transfers) {
       if (t.phase == 1) {
         EXPECT_EQ(t.division, 1) << "block " << t.block.value;
       }
@@ -473,14 +453,14 @@ TEST(ScheduleDivisions, RelaysForwardInPhaseOneOnlyForTheFirstDivision) {
                                      << t.block.value << " it never receives";
       EXPECT_LT(held->second, std::pair(t.division, t.phase)) << "block " << t.block.value;
     }
-    for (size_t i = 0; i < blocks->compute_blocks.size(); ++i) {
-      const ComputeBlock& cb = blocks->compute_blocks[i];
+    for (size_t i = 0; i < blocks.compute_blocks.size(); ++i) {
+      const ComputeBlock& cb = blocks.compute_blocks[i];
       const DeviceId d = p.compute_device[i];
       for (auto [side, block] : {std::pair{Side::kRow, cb.q_block}, {Side::kColumn, cb.kv_block}}) {
         if (p.data_device[block.value] == d) continue;
         auto held = arrival.find({block.value, cb.head_group, side, d.value});
         ASSERT_NE(held, arrival.end()) << "compute block " << i;
-        EXPECT_LE(held->second.first, schedule->compute_division[i]) << "compute block " << i;
+        EXPECT_LE(held->second.first, schedule.compute_division[i]) << "compute block " << i;
       }
     }
   }

@@ -59,7 +59,15 @@ inline RandomPlanCase MakeRandomPlanCase(uint64_t seed, std::span<const char* co
 }
 
 // Blocks, places (builtin partitioner), schedules and compiles the case.
-inline Result<Plan> CompileRandomPlanCase(const RandomPlanCase& c, bool reduce_in_node = true) {
+// A case through dcp's pipeline up to its schedule, each stage kept for the tests that check it.
+struct ScheduledCase {
+  Batch batch;
+  BlockSet blocks;
+  PartitionResult placed;
+  Schedule schedule;
+};
+
+inline Result<ScheduledCase> ScheduleRandomPlanCase(const RandomPlanCase& c) {
   DCP_ASSIGN_OR_RETURN(Batch batch, c.MakeBatch());
   DCP_ASSIGN_OR_RETURN(BlockSet blocks, MakeBlocks(batch, {.block_size = c.block_size,
                                                            .head_groups = c.head_groups}));
@@ -67,8 +75,16 @@ inline Result<Plan> CompileRandomPlanCase(const RandomPlanCase& c, bool reduce_i
   DCP_ASSIGN_OR_RETURN(Schedule schedule,
                        ScheduleDivisions(blocks, placed.placement, c.topology,
                                          ScheduleOptions{.divisions = c.divisions}));
-  schedule.reduce_in_node = reduce_in_node;
-  return CompilePlan(batch, blocks, placed.placement, schedule, c.topology);
+  return ScheduledCase{.batch = std::move(batch),
+                       .blocks = std::move(blocks),
+                       .placed = std::move(placed),
+                       .schedule = std::move(schedule)};
+}
+
+inline Result<Plan> CompileRandomPlanCase(const RandomPlanCase& c, bool reduce_in_node = true) {
+  DCP_ASSIGN_OR_RETURN(ScheduledCase s, ScheduleRandomPlanCase(c));
+  s.schedule.reduce_in_node = reduce_in_node;
+  return CompilePlan(s.batch, s.blocks, s.placed.placement, s.schedule, c.topology);
 }
 
 }  // namespace dcp::testing
