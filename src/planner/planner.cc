@@ -309,6 +309,7 @@ struct Tried {
   bool released = false;  // planned, then emptied as it cannot be chosen (ReleaseLosers)
 };
 
+// Planned, whether or not its plan was released since.
 bool Planned(const Tried& t) { return t.planned && t.planned->ok(); }
 
 // A time that a candidate slower than it cannot win by (Choose): the least, over dcp's own planned
@@ -494,8 +495,7 @@ std::vector<PlannedBatch> ReleaseLosers(std::vector<Tried>& tried, const TuningO
 std::optional<size_t> RunnerUp(const std::vector<Tried>& tried, size_t best) {
   std::optional<size_t> next;
   for (size_t i = 0; i < tried.size(); ++i) {
-    const bool planned = tried[i].released || Planned(tried[i]);
-    if (i == best || !planned || !tried[i].outcome.own) continue;
+    if (i == best || !Planned(tried[i]) || !tried[i].outcome.own) continue;
     if (!next || tried[i].outcome.simulated_s < tried[*next].outcome.simulated_s) next = i;
   }
   return next;
@@ -523,7 +523,7 @@ std::optional<Candidate> Tightened(const Batch& batch, const Candidate& best, co
   const PartitionOptions& own = best.own->partition;
   const bool tighter = eps.compute <= own.eps_compute && eps.inter <= own.eps_inter &&
                        (eps.compute < own.eps_compute || eps.inter < own.eps_inter);
-  if (!tighter || !Planned(tried)) return std::nullopt;  // a released plan counts as planned
+  if (!tighter || !Planned(tried)) return std::nullopt;
   Result<BlockSet> remade = tried.released ? BlocksFor(batch, *best.own) : BlockSet{};
   if (!remade.ok()) return std::nullopt;
   const BlockSet& blocks = tried.released ? *remade : (**tried.planned).blocks;
@@ -558,10 +558,10 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
   // Two refined candidates (the best own and the runner-up) are each split; then the fastest two
   // of dcp's own are tightened.
   const bool tighten = options.tuning.tightened && !options.tuning.tolerances.empty();
-  const auto splits = 2 * static_cast<int32_t>(head_groups.size()) + (tighten ? 2 : 0);
+  const auto refinements = 2 * static_cast<int32_t>(head_groups.size()) + (tighten ? 2 : 0);
   std::vector<Tried> tried(candidates.size());
   Stopwatch watch;
-  const auto total = static_cast<int32_t>(candidates.size()) + splits;
+  const auto total = static_cast<int32_t>(candidates.size()) + refinements;
   int32_t done = 0;
   std::mutex done_mutex;  // one count and its report at a time, so reports come in order
   const auto report_done = [&] {
@@ -652,7 +652,7 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
     }
     best_own = Choose(tried, options.tuning, /*own_only=*/true);
   }
-  done = own + splits;  // the splits and tightening not made count as done
+  done = own + refinements;  // the splits and tightenings not made count as done
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
   try_range(others, static_cast<int32_t>(candidates.size()), WinningBound(tried, options.tuning));
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
