@@ -74,8 +74,8 @@ KwayResult RunKway(const KwayProblem& problem, const KwayStart& start, int round
 // The compute vertices that read the queries of data vertex d and lie in the subset, each once
 // (a coarse data vertex may keep two row nets that share super-tiles; coarse nets list their
 // pins in vertex order, so the data vertex is not always a net's first pin).
-std::vector<int32_t> KwayEngine::RowTiles(int32_t d) const {
-  std::vector<int32_t> tiles;
+void KwayEngine::RowTiles(int32_t d, std::vector<int32_t>* tiles) const {
+  tiles->clear();
   int32_t row_nets = 0;
   for (int32_t i = g_.vertex_begin[d]; i < g_.vertex_begin[d + 1]; ++i) {
     const int32_t n = g_.incident[i];
@@ -83,14 +83,13 @@ std::vector<int32_t> KwayEngine::RowTiles(int32_t d) const {
     ++row_nets;
     for (int32_t j = g_.net_begin[n]; j < g_.net_begin[n + 1]; ++j) {
       const int32_t t = g_.pins[j];
-      if (IsCompute(t) && in_subset_[t]) tiles.push_back(t);
+      if (IsCompute(t) && in_subset_[t]) tiles->push_back(t);
     }
   }
   if (row_nets > 1) {
-    std::sort(tiles.begin(), tiles.end());
-    tiles.erase(std::unique(tiles.begin(), tiles.end()), tiles.end());
+    std::sort(tiles->begin(), tiles->end());
+    tiles->erase(std::unique(tiles->begin(), tiles->end()), tiles->end());
   }
-  return tiles;
 }
 
 // Parts where v's nets already have pins.

@@ -36,7 +36,9 @@ class KwayEngine {
             static_cast<double>(state_.compute()[p] + compute) <= problem_.compute_cap) &&
            (memory == 0 || static_cast<double>(state_.memory()[p] + memory) <= problem_.memory_cap);
   }
-  std::vector<int32_t> RowTiles(int32_t d) const;
+  // The compute vertices of the subset that read the queries of data vertex d, each once, into
+  // *tiles (cleared first).
+  void RowTiles(int32_t d, std::vector<int32_t>* tiles) const;
   // Candidates' scratch: seen[p] == stamp when p is already in the list being built. One per
   // thread that lists candidates.
   struct CandidateScratch {
@@ -89,8 +91,10 @@ class KwayEngine {
   // Per part, its data vertices (SwapData's partners), listed at each RefineRound and appended to
   // as data vertices move; an entry whose vertex has left the part since is skipped.
   std::vector<std::vector<int32_t>> data_of_part_;
-  // MoveRow's scratch: the nets a row unit touches, and its pins on each (0 outside the unit).
-  std::vector<int32_t> unit_nets_, unit_pins_;
+  // MoveRow's scratch: a row's tiles, the unit it moves, the nets the unit touches, and its pins
+  // on each (0 outside the unit). Kept across calls: MoveRow runs for every data vertex in every
+  // round.
+  std::vector<int32_t> row_tiles_, unit_, unit_nets_, unit_pins_;
   std::vector<int64_t> row_weight_on_;  // per part
   CandidateScratch scratch_;            // the engine's own thread's
 };

@@ -162,6 +162,7 @@ void KwayEngine::ContiguousPlacement() {
 void KwayEngine::BuildUnits(std::vector<Unit>* whole_units,
                             std::vector<std::vector<Unit>>* rows_of) const {
   std::vector<char> covered(g_.n_vertices(), 0);
+  std::vector<int32_t> tiles;
   const auto add = [&](Unit& u, int32_t v) {
     if (covered[v]) return;
     covered[v] = 1;
@@ -179,7 +180,8 @@ void KwayEngine::BuildUnits(std::vector<Unit>* whole_units,
       if (!in_subset_[d]) continue;
       Unit row;
       add(row, d);
-      for (int32_t t : RowTiles(d)) add(row, t);
+      RowTiles(d, &tiles);
+      for (int32_t t : tiles) add(row, t);
       whole.compute += row.compute;
       whole.memory += row.memory;
       whole.vertices.insert(whole.vertices.end(), row.vertices.begin(), row.vertices.end());

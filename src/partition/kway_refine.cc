@@ -197,15 +197,22 @@ bool KwayEngine::SwapData(int32_t d, const std::vector<int32_t>& candidates) {
 bool KwayEngine::MoveRow(int32_t d, const std::vector<int32_t>& candidates) {
   if (candidates.size() < 2) return false;  // no part but its own
   const int32_t from = state_.part(d);
-  std::vector<int32_t> unit = {d};
+  std::vector<int32_t>& unit = unit_;
+  unit.assign(1, d);
   int64_t compute = 0, memory = g_.memory_weight[d];
-  for (int32_t t : RowTiles(d)) {
+  RowTiles(d, &row_tiles_);
+  for (int32_t t : row_tiles_) {
     if (state_.part(t) == from) {
       unit.push_back(t);
       compute += g_.compute_weight[t];
     }
   }
   if (unit.size() == 1) return false;
+  // Most rows of a balanced partition fit no other part: skip pricing them.
+  if (std::none_of(candidates.begin(), candidates.end(),
+                   [&](int32_t to) { return to != from && Fits(to, compute, memory); })) {
+    return false;
+  }
   // The unit's pins on each net it touches: a net leaves `from` when the unit holds all its
   // pins there, and reaches `to` when it has none there yet.
   unit_nets_.clear();
