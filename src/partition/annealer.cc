@@ -20,8 +20,7 @@ class AnnealState {
         state_(g, k, part),
         compute_cap_(compute_cap),
         memory_cap_(memory_cap),
-        touched_weight_(TouchedNetWeight(g, subset)),
-        stamp_(g.n_nets(), 0) {
+        touched_weight_(TouchedNetWeight(g, subset)) {
     for (int32_t v : subset) state_.Assign(v, part[v]);
   }
 
@@ -42,21 +41,34 @@ class AnnealState {
 
   int64_t MoveDelta(int32_t v, int32_t to) const { return state_.MoveDelta(v, to); }
 
-  // The km1 change that swapping u and v (on different parts) would make. A net holding both
-  // keeps its pin counts on both parts, so the two single-move deltas are corrected for it.
-  int64_t SwapDelta(int32_t v, int32_t u) {
+  // The km1 change that swapping v and u (on parts p and q) would make. A net of both keeps its
+  // pin counts on p and q, so it changes nothing; every other net changes as in the one move of
+  // its own vertex. Both nets lists are in net order (FillIncidence), so one merge finds the
+  // shared nets.
+  int64_t SwapDelta(int32_t v, int32_t u) const {
     const int32_t p = state_.part(v), q = state_.part(u);
-    ++stamp_now_;
-    for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
-      stamp_[g_.incident[i]] = stamp_now_;
+    const auto alone = [&](int32_t n, int32_t from, int32_t to) {
+      return (state_.pins(n, to) == 0 ? g_.net_weight[n] : 0) -
+             (state_.pins(n, from) == 1 ? g_.net_weight[n] : 0);
+    };
+    int32_t i = g_.vertex_begin[v], j = g_.vertex_begin[u];
+    const int32_t i_end = g_.vertex_begin[v + 1], j_end = g_.vertex_begin[u + 1];
+    int64_t delta = 0;
+    while (i < i_end && j < j_end) {
+      const int32_t a = g_.incident[i], b = g_.incident[j];
+      if (a == b) {
+        ++i;
+        ++j;
+      } else if (a < b) {
+        delta += alone(a, p, q);
+        ++i;
+      } else {
+        delta += alone(b, q, p);
+        ++j;
+      }
     }
-    int64_t delta = MoveDelta(v, q) + MoveDelta(u, p);
-    for (int32_t i = g_.vertex_begin[u]; i < g_.vertex_begin[u + 1]; ++i) {
-      const int32_t n = g_.incident[i];
-      if (stamp_[n] != stamp_now_) continue;
-      if (state_.pins(n, p) == 1) delta += g_.net_weight[n];
-      if (state_.pins(n, q) == 1) delta += g_.net_weight[n];
-    }
+    for (; i < i_end; ++i) delta += alone(g_.incident[i], p, q);
+    for (; j < j_end; ++j) delta += alone(g_.incident[j], q, p);
     return delta;
   }
 
@@ -67,9 +79,7 @@ class AnnealState {
   const Hypergraph& g_;
   PartitionState state_;
   double compute_cap_, memory_cap_;
-  int64_t touched_weight_;      // of the nets the subset touches: a net on one part moves nothing
-  std::vector<int64_t> stamp_;  // SwapDelta's marks
-  int64_t stamp_now_ = 0;
+  int64_t touched_weight_;  // of the nets the subset touches: a net on one part moves nothing
 };
 
 }  // namespace
