@@ -41,36 +41,7 @@ class AnnealState {
 
   int64_t MoveDelta(int32_t v, int32_t to) const { return state_.MoveDelta(v, to); }
 
-  // The km1 change that swapping v and u (on parts p and q) would make. A net of both keeps its
-  // pin counts on p and q, so it changes nothing; every other net changes as in the one move of
-  // its own vertex. Both nets lists are in net order (FillIncidence), so one merge finds the
-  // shared nets.
-  int64_t SwapDelta(int32_t v, int32_t u) const {
-    const int32_t p = state_.part(v), q = state_.part(u);
-    const auto alone = [&](int32_t n, int32_t from, int32_t to) {
-      return (state_.pins(n, to) == 0 ? g_.net_weight[n] : 0) -
-             (state_.pins(n, from) == 1 ? g_.net_weight[n] : 0);
-    };
-    int32_t i = g_.vertex_begin[v], j = g_.vertex_begin[u];
-    const int32_t i_end = g_.vertex_begin[v + 1], j_end = g_.vertex_begin[u + 1];
-    int64_t delta = 0;
-    while (i < i_end && j < j_end) {
-      const int32_t a = g_.incident[i], b = g_.incident[j];
-      if (a == b) {
-        ++i;
-        ++j;
-      } else if (a < b) {
-        delta += alone(a, p, q);
-        ++i;
-      } else {
-        delta += alone(b, q, p);
-        ++j;
-      }
-    }
-    for (; i < i_end; ++i) delta += alone(g_.incident[i], p, q);
-    for (; j < j_end; ++j) delta += alone(g_.incident[j], q, p);
-    return delta;
-  }
+  int64_t SwapDelta(int32_t v, int32_t u) const { return state_.SwapDelta(v, u); }
 
   // Moves v to part `to`.
   void Move(int32_t v, int32_t to) { state_.Move(v, to); }

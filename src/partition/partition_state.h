@@ -133,6 +133,36 @@ class PartitionState {
     }
     return delta;
   }
+  // The km1 change of swapping v and u (assigned, on different parts). A net of both keeps its
+  // pin counts on both parts, so it changes nothing; every other net changes as in the one move
+  // of its own vertex. Both vertices' nets are in net order (FillIncidence), so one merge of the
+  // two lists finds the shared nets.
+  int64_t SwapDelta(int32_t v, int32_t u) const {
+    const int32_t p = part_[v], q = part_[u];
+    const auto alone = [&](int32_t n, int32_t from, int32_t to) {
+      return (pin_count_[Slot(n, to)] == 0 ? g_.net_weight[n] : 0) -
+             (pin_count_[Slot(n, from)] == 1 ? g_.net_weight[n] : 0);
+    };
+    int32_t i = g_.vertex_begin[v], j = g_.vertex_begin[u];
+    const int32_t i_end = g_.vertex_begin[v + 1], j_end = g_.vertex_begin[u + 1];
+    int64_t delta = 0;
+    while (i < i_end && j < j_end) {
+      const int32_t a = g_.incident[i], b = g_.incident[j];
+      if (a == b) {
+        ++i;
+        ++j;
+      } else if (a < b) {
+        delta += alone(a, p, q);
+        ++i;
+      } else {
+        delta += alone(b, q, p);
+        ++j;
+      }
+    }
+    for (; i < i_end; ++i) delta += alone(g_.incident[i], p, q);
+    for (; j < j_end; ++j) delta += alone(g_.incident[j], q, p);
+    return delta;
+  }
 
  private:
   size_t Slot(int32_t net, int32_t p) const { return static_cast<size_t>(net) * k_ + p; }
