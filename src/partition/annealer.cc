@@ -16,8 +16,7 @@ class AnnealState {
  public:
   AnnealState(const Hypergraph& g, const std::vector<int32_t>& subset,
               const std::vector<int32_t>& part, int32_t k, double compute_cap, double memory_cap)
-      : g_(g),
-        state_(g, k, part),
+      : state_(g, k, part),
         compute_cap_(compute_cap),
         memory_cap_(memory_cap),
         touched_weight_(TouchedNetWeight(g, subset)) {
@@ -47,7 +46,6 @@ class AnnealState {
   void Move(int32_t v, int32_t to) { state_.Move(v, to); }
 
  private:
-  const Hypergraph& g_;
   PartitionState state_;
   double compute_cap_, memory_cap_;
   int64_t touched_weight_;  // of the nets the subset touches: a net on one part moves nothing
