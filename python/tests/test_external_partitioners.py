@@ -39,13 +39,19 @@ def test_every_partition_goes_through_the_pipeline(tmp_path):
     rows = json.loads(rows_file.read_text())
 
     got = sorted((r["partitioner"], r["threads"], r["balance"]) for r in rows)
-    assert got == sorted([("dcp", 1, "dcp"), ("dcp eps-memory 100", 1, "dcp")] + [
-        (tool, threads, balance) for balance in ("dcp", "bound")
+    assert got == sorted([("dcp", 1, "dcp"), ("dcp eps-memory 100", 1, "dcp"),
+                          ("dcp flat", 1, "dcp")] + [
+        (tool, threads, balance) for balance in ("dcp", "bound", "flat")
         for tool, threads in (("kahypar", 1), ("mtkahypar default", 1),
                               ("mtkahypar default", 2))])
     bound = (1 + 0.4) * (1 + 0.1)
     dcp = next(r for r in rows if r["partitioner"] == "dcp")
+    flat = next(r for r in rows if r["partitioner"] == "dcp flat")
     assert dcp["origin"].startswith("dcp 1024:0.1/0.4") and dcp["balanced"], dcp
+    # dcp flat is placed on one level of 16 devices, read back and simulated on 2x8 as the
+    # externals' partitions are.
+    assert flat["origin"].startswith("given 1024"), flat
+    reached = {"bound": bound - 1, "dcp": dcp["compute"] - 1, "flat": flat["compute"] - 1}
     for r in rows:
         assert "error" not in r, r
         assert r["simulated_ms"] > 0 and r["partition_ms"] > 0, r
@@ -53,10 +59,9 @@ def test_every_partition_goes_through_the_pipeline(tmp_path):
             assert r["compute"] <= bound + 1e-9, r
             continue
         assert r["origin"].startswith("given 1024"), r
-        assert r["epsilon"] == pytest.approx(
-            bound - 1 if r["balance"] == "bound" else dcp["compute"] - 1, abs=1e-5), r
+        assert r["epsilon"] == pytest.approx(reached[r["balance"]], abs=1e-5), r
         # The script's own km1 (hMETIS units, from the partition it wrote) is dcp's.
         assert r["km1_units"] * r["net_scale"] == pytest.approx(r["km1_bytes"], rel=1e-3), r
 
     table = [line for line in run.stdout.splitlines() if line.startswith("| ldc x1 lambda 2x8 |")]
-    assert len(table) == len(rows) + 2  # and one line in each summary table
+    assert len(table) == len(rows) + 3  # and one line in each summary table (one per balance)
