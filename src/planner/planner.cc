@@ -541,14 +541,68 @@ std::optional<Candidate> Tightened(const Batch& batch, const Candidate& best, co
   return c;
 }
 
+// The block sizes of a close call (TuningOptions::close_call): about two blocks per device, the
+// batch's tokens over twice the devices rounded down and up to a multiple of kCloseCallBlockAlign
+// (one size when that is exact; at least one alignment).
+std::vector<int64_t> CloseCallBlockSizes(const Batch& batch, const Topology& topology) {
+  int64_t tokens = 0;
+  for (int64_t length : batch.seqlens()) tokens += length;
+  const int64_t step = 2 * topology.devices() * kCloseCallBlockAlign;
+  const int64_t down = std::max<int64_t>(1, tokens / step) * kCloseCallBlockAlign;
+  const int64_t up = std::max<int64_t>(1, (tokens + step - 1) / step) * kCloseCallBlockAlign;
+  return down == up ? std::vector<int64_t>{down} : std::vector<int64_t>{down, up};
+}
+
+// Whether dcp's best own (tried[best_own]) is slower than the fastest candidate of another
+// strategy, or less than `margin` faster than it.
+bool IsCloseCall(const std::vector<Tried>& tried, size_t best_own, double margin) {
+  std::optional<double> other;
+  for (const Tried& t : tried) {
+    if (Planned(t) && !t.outcome.own && (!other || t.outcome.simulated_s < *other)) {
+      other = t.outcome.simulated_s;
+    }
+  }
+  return other && tried[best_own].outcome.simulated_s > (1 - margin) * *other;
+}
+
+// dcp's own candidate `best` at block size `block_size` with TuningOptions::tightened, unless a
+// candidate of dcp's own has those values already or its blocks have too many tiles
+// (TuningOptions::split_max_tiles_per_device).
+std::optional<Candidate> AtCloseCallBlockSize(const Batch& batch, const Candidate& best,
+                                              int64_t block_size,
+                                              const std::vector<Candidate>& candidates,
+                                              const PlanOptions& options) {
+  Candidate c = best;
+  c.own->block_size = block_size;
+  c.own->partition.eps_compute = options.tuning.tightened->compute;
+  c.own->partition.eps_inter = options.tuning.tightened->inter;
+  c.own->threads = options.threads;
+  const auto same = [&](const Candidate& other) {
+    return other.own && other.own->block_size == block_size &&
+           other.own->head_groups == c.own->head_groups &&
+           other.own->partition.eps_compute == c.own->partition.eps_compute &&
+           other.own->partition.eps_inter == c.own->partition.eps_inter;
+  };
+  if (std::any_of(candidates.begin(), candidates.end(), same)) return std::nullopt;
+  Result<BlockSet> blocks = BlocksFor(batch, *c.own);
+  if (!blocks.ok() || static_cast<int64_t>(blocks->compute_blocks.size()) >
+                          options.tuning.split_max_tiles_per_device * options.topology.devices()) {
+    return std::nullopt;
+  }
+  c.name = fmt::format("dcp {}:{}/{}{}", block_size, c.own->partition.eps_compute,
+                       c.own->partition.eps_inter, HeadGroupsSuffix(c.own->head_groups));
+  return c;
+}
+
 // Plans every candidate on `threads` threads and keeps the fastest on the cluster model: dcp's
 // own first; then the best of them and the runner-up get their division counts searched and are
-// planned again split into head groups (HeadGroupsToTry); then the other strategies, each skipped
-// when its layout's attention alone is slower than the own ones' WinningBound (so the choice is the
-// one planning every candidate would make: 128K tokens on 4x8 skip TE, zigzag and LoongTrain on
-// most batches, the costliest to compile, as they cut every sequence into 2 x devices chunks). Each
-// stage's candidates are independent and the winner is chosen in candidate order, so the result
-// does not depend on the thread count.
+// planned again split into head groups (HeadGroupsToTry), and the fastest two tightened; then the
+// other strategies, each skipped when its layout's attention alone is slower than the own ones'
+// WinningBound (so the choice is the one planning every candidate would make: 128K tokens on 4x8
+// skip TE, zigzag and LoongTrain on most batches, the costliest to compile, as they cut every
+// sequence into 2 x devices chunks); then, in a close call, dcp's own at two blocks per device.
+// Each stage's candidates are independent and the winner is chosen in candidate order, so the
+// result does not depend on the thread count.
 Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
                           std::vector<Candidate> candidates) {
   const auto own = static_cast<int32_t>(std::count_if(candidates.begin(), candidates.end(),
@@ -558,7 +612,10 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
   // Two refined candidates (the best own and the runner-up) are each split; then the fastest two
   // of dcp's own are tightened.
   const bool tighten = options.tuning.tightened && !options.tuning.tolerances.empty();
-  const auto refinements = 2 * static_cast<int32_t>(head_groups.size()) + (tighten ? 2 : 0);
+  // Then, in a close call, dcp's own at up to two more block sizes.
+  const bool close_calls = tighten && options.tuning.close_call.has_value();
+  const auto refinements =
+      2 * static_cast<int32_t>(head_groups.size()) + (tighten ? 2 : 0) + (close_calls ? 2 : 0);
   std::vector<Tried> tried(candidates.size());
   Stopwatch watch;
   const auto total = static_cast<int32_t>(candidates.size()) + refinements;
@@ -652,10 +709,30 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
     }
     best_own = Choose(tried, options.tuning, /*own_only=*/true);
   }
-  done = own + refinements;  // the splits and tightenings not made count as done
+  done = own + refinements - (close_calls ? 2 : 0);  // the refinements not made count as done
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
   try_range(others, static_cast<int32_t>(candidates.size()), WinningBound(tried, options.tuning));
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
+  // A close call with another strategy: dcp's own at about two blocks per device. The other
+  // strategies skipped above stay skipped: they were slower than a plan of dcp's own already.
+  if (close_calls && best_own && IsCloseCall(tried, *best_own, *options.tuning.close_call)) {
+    const Candidate best = candidates[*best_own];
+    for (int64_t block_size : CloseCallBlockSizes(batch, options.topology)) {
+      DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
+      std::optional<Candidate> c =
+          AtCloseCallBlockSize(batch, best, block_size, candidates, options);
+      if (!c) continue;
+      const Candidate& sized = *candidates.insert(candidates.begin() + others, *std::move(c));
+      Tried& t = *tried.insert(tried.begin() + others, Try(batch, sized, options, kNoBound));
+      if (Planned(t)) {
+        RefineDivisions(batch, *sized.own, options, options.threads, &**t.planned, &t.outcome);
+      }
+      ReleaseLosers(tried, options.tuning);
+      ++others;
+    }
+    best_own = Choose(tried, options.tuning, /*own_only=*/true);
+  }
+  while (close_calls && done < total) report_done();
   const double tuning_ms = watch.Lap();
 
   const std::optional<size_t> best = Choose(tried, options.tuning, /*own_only=*/false);
@@ -688,6 +765,12 @@ Status TuningOptions::Validate() const {
     p.eps_compute = tightened->compute;
     p.eps_inter = tightened->inter;
     DCP_RETURN_IF_ERROR(p.Validate().WithContext("PlanOptions.tuning.tightened"));
+  }
+  if (close_call && !(*close_call >= 0 && *close_call <= 1)) {
+    return Status::InvalidArgument(fmt::format(
+        "PlanOptions.tuning.close_call {} must be in [0, 1] (a fraction of the other strategy's "
+        "time)",
+        *close_call));
   }
   if (!(balance_slack >= 0)) {
     return Status::InvalidArgument(
