@@ -56,7 +56,8 @@ NetBytes NetBytesOf(const DataBlock& block, const AttentionShape& shape, int64_t
 enum class NetKind { kRow, kColumn };
 
 // A hypergraph in compressed form: the pins of net n are pins[net_begin[n] .. net_begin[n+1]),
-// and the nets of vertex v are incident[vertex_begin[v] .. vertex_begin[v+1]).
+// and the nets of vertex v are incident[vertex_begin[v] .. vertex_begin[v+1]), in increasing net
+// order (the partitioner's swap pricing merges two such lists).
 struct Hypergraph {
   int32_t n_compute = 0;  // vertices [0, n_compute) are compute blocks, in BlockSet order
   int32_t n_data = 0;     // vertices [n_compute, n_compute + n_data) are data blocks

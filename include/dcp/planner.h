@@ -40,6 +40,10 @@ enum class DivisionChoice : uint8_t {
                    // fastest (slower)
 };
 
+// The block sizes of a close call (TuningOptions::close_call) are multiples of this: the kernel's
+// mask sub-tile, so no block cuts one.
+inline constexpr int64_t kCloseCallBlockAlign = 128;
+
 // What the planner tunes when PlanOptions leaves a value open. Every (block size, tolerances)
 // pair is one candidate placement of dcp's own; with `other_strategies`, the plans of the other
 // strategies of include/dcp/baselines.h (the static layouts ring, zigzag, TransformerEngine and
@@ -48,10 +52,6 @@ enum class DivisionChoice : uint8_t {
 // fastest wins (ties: the earlier in candidate order; memory balance and the winner's division
 // search: docs/planner.md). The work is bounded by these lists, never
 // by the clock, so the same inputs give the same plan on every machine and thread count.
-// The block sizes of a close call (TuningOptions::close_call) are multiples of this: the kernel's
-// mask sub-tile, so no block cuts one.
-inline constexpr int64_t kCloseCallBlockAlign = 128;
-
 struct TuningOptions {
   // Tried when PlanOptions::block_size is 0. Sizes that cut the batch into fewer blocks than
   // there are devices are left out; when none is left (a small batch), the block-size heuristic
@@ -84,10 +84,12 @@ struct TuningOptions {
   // this fraction faster than it, dcp's own is planned again at the block sizes that cut the
   // batch into about two blocks per device (its tokens over twice the devices, rounded down and up
   // to a multiple of kCloseCallBlockAlign), with the tightened tolerances and the best own's head
-  // groups, the division count searched. On one or two long causal sequences a plan changes by up
-  // to 10% from one block size to the next, and two blocks per device is where TE's layout
-  // balances such a batch exactly (bench/RESULTS.md: 29088 + 70759 tokens on 4x8, 10.17 -> 9.12
-  // ms against TE's 9.69). Unset, or `tightened` unset: not tried. Same tile bound as the splits.
+  // groups, the division count searched; they are listed among dcp's own, before the other
+  // strategies. On one or two long causal sequences a plan changes by up to about 20% from one
+  // block size to the next, and two blocks per device is where TE's layout balances such a batch
+  // exactly (bench/RESULTS.md: 29088 + 70759 tokens on 4x8, 10.17 -> 9.12 ms against TE's 9.69).
+  // Not tried when unset, when `tightened` is unset, or when the block size or the tolerances are
+  // pinned. Same tile bound as the splits.
   std::optional<double> close_call = 0.02;
   // Memory balance without a budget: the fastest candidate whose peak buffer bytes are spread
   // within max_peak_imbalance (max/mean over devices) is chosen over a faster one spread worse,

@@ -543,14 +543,21 @@ std::optional<Candidate> Tightened(const Batch& batch, const Candidate& best, co
 
 // The block sizes of a close call (TuningOptions::close_call): about two blocks per device, the
 // batch's tokens over twice the devices rounded down and up to a multiple of kCloseCallBlockAlign
-// (one size when that is exact; at least one alignment).
+// (one size when that is exact; at least one alignment), without those that cut the batch into
+// fewer blocks than there are devices (as BlockSizesToTry).
 std::vector<int64_t> CloseCallBlockSizes(const Batch& batch, const Topology& topology) {
   int64_t tokens = 0;
   for (int64_t length : batch.seqlens()) tokens += length;
   const int64_t step = 2 * topology.devices() * kCloseCallBlockAlign;
-  const int64_t down = std::max<int64_t>(1, tokens / step) * kCloseCallBlockAlign;
-  const int64_t up = std::max<int64_t>(1, (tokens + step - 1) / step) * kCloseCallBlockAlign;
-  return down == up ? std::vector<int64_t>{down} : std::vector<int64_t>{down, up};
+  std::vector<int64_t> sizes;
+  for (int64_t aligned : {tokens / step, (tokens + step - 1) / step}) {
+    const int64_t size = std::max<int64_t>(1, aligned) * kCloseCallBlockAlign;
+    if (BlockCount(batch, size) >= topology.devices() &&
+        std::find(sizes.begin(), sizes.end(), size) == sizes.end()) {
+      sizes.push_back(size);
+    }
+  }
+  return sizes;
 }
 
 // Whether dcp's best own (tried[best_own]) is slower than the fastest candidate of another
@@ -612,8 +619,9 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
   // Two refined candidates (the best own and the runner-up) are each split; then the fastest two
   // of dcp's own are tightened.
   const bool tighten = options.tuning.tightened && !options.tuning.tolerances.empty();
-  // Then, in a close call, dcp's own at up to two more block sizes.
-  const bool close_calls = tighten && options.tuning.close_call.has_value();
+  // Then, in a close call, dcp's own at up to two more block sizes (not when the size is pinned).
+  const bool close_calls =
+      tighten && options.tuning.close_call.has_value() && options.block_size == 0;
   const auto refinements =
       2 * static_cast<int32_t>(head_groups.size()) + (tighten ? 2 : 0) + (close_calls ? 2 : 0);
   std::vector<Tried> tried(candidates.size());
@@ -721,18 +729,21 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
       DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
       std::optional<Candidate> c =
           AtCloseCallBlockSize(batch, best, block_size, candidates, options);
-      if (!c) continue;
-      const Candidate& sized = *candidates.insert(candidates.begin() + others, *std::move(c));
-      Tried& t = *tried.insert(tried.begin() + others, Try(batch, sized, options, kNoBound));
-      if (Planned(t)) {
-        RefineDivisions(batch, *sized.own, options, options.threads, &**t.planned, &t.outcome);
+      if (c) {
+        const Candidate& sized = *candidates.insert(candidates.begin() + others, *std::move(c));
+        Tried& t = *tried.insert(tried.begin() + others, Try(batch, sized, options, kNoBound));
+        if (Planned(t)) {
+          RefineDivisions(batch, *sized.own, options, options.threads, &**t.planned, &t.outcome);
+        }
+        ReleaseLosers(tried, options.tuning);
+        ++others;
       }
-      ReleaseLosers(tried, options.tuning);
-      ++others;
+      report_done();
     }
     best_own = Choose(tried, options.tuning, /*own_only=*/true);
+    DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
   }
-  while (close_calls && done < total) report_done();
+  while (close_calls && done < total) report_done();  // the block sizes not tried
   const double tuning_ms = watch.Lap();
 
   const std::optional<size_t> best = Choose(tried, options.tuning, /*own_only=*/false);

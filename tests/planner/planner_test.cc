@@ -254,7 +254,7 @@ TEST(PlanBatch, TuningTightensTheFastestTwoOwnCandidates) {
 // (13900 tokens on 8 devices: 768 and 896), with the tightened tolerances and the best own's head
 // groups, the division count searched; each is the pinned pass with those values, placed among
 // dcp's own (before the other strategies), and wins when fastest. Not without other strategies,
-// nor with close_call unset; a bad margin is named.
+// with close_call unset, or with the block size pinned; a bad margin is named.
 TEST(PlanBatch, TuningTriesTwoBlocksPerDeviceInACloseCall) {
   const Batch batch = TestBatch();
   const int64_t tokens =
@@ -320,6 +320,13 @@ TEST(PlanBatch, TuningTriesTwoBlocksPerDeviceInACloseCall) {
     ASSERT_TRUE(plain.ok()) << plain.status().ToString();
     EXPECT_FALSE(named(*plain, 768) || named(*plain, 896)) << others;
   }
+  options.tuning.other_strategies = true;
+  options.tuning.close_call = 1.0;
+  options.block_size = 512;  // pinned: no other size
+  auto pinned = PlanBatch(batch, options);
+  ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
+  EXPECT_FALSE(named(*pinned, 768) || named(*pinned, 896));
+  options.block_size = 0;
   options.tuning.close_call = -0.1;
   auto bad = PlanBatch(batch, options);
   ASSERT_FALSE(bad.ok());
