@@ -107,8 +107,9 @@ def test_default_options_tune_among_candidates(batch):
     names = [c["name"] for c in tuned.candidates]
     own_names = [c["name"] for c in tuned.candidates if c["own"]]
     # 2 x 2 own, then the best and the runner-up each split into 2 head groups, then the fastest
-    # two of those planned again with tolerances (0.005, 0.005), once per block size
-    assert names[:len(own_names)] == own_names and len(own_names) in (7, 8)
+    # two of those planned again with tolerances (0.005, 0.005), once per block size (and, in a
+    # close call with another strategy, at most two more with them at two blocks per device)
+    assert names[:len(own_names)] == own_names and 7 <= len(own_names) <= 10
     values = lambda name: name.rsplit(":", 1)[0]  # "dcp 64:0.1/0.4:2 g2" -> "dcp 64:0.1/0.4"
     for split in own_names[4:6]:
         assert split.endswith(" g2") and values(split) in map(values, own_names[:4])
