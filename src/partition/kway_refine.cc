@@ -25,42 +25,40 @@ bool KwayEngine::RefineRound() {
   std::vector<size_t> runs((subset_.size() + kVisitRun - 1) / kVisitRun);
   std::iota(runs.begin(), runs.end(), 0);
   std::shuffle(runs.begin(), runs.end(), rng_);
-  std::vector<int32_t> order;
-  order.reserve(subset_.size());
-  for (size_t r : runs) {
-    order.insert(order.end(), subset_.begin() + r * kVisitRun,
-                 subset_.begin() + std::min(subset_.size(), (r + 1) * kVisitRun));
-  }
   bool moved = false;
   std::vector<int32_t> candidates;
-  for (int32_t v : order) {
-    // Data vertices every round: their row moves and swaps depend on every part's load.
-    if (!active_[v] && IsCompute(v)) continue;
-    active_[v] = 0;
-    // Most tiles share both their nets with others on their part: no move of theirs can gain,
-    // and skipping them here, before their candidate parts are listed, is most of a round.
-    if (IsCompute(v) && !state_.MayGain(v)) continue;
-    const int32_t from = state_.part(v);
-    Candidates(v, &candidates);
-    int32_t best = -1;
-    int64_t best_delta = 0;
-    for (int32_t to : candidates) {
-      if (to == from) continue;
-      if (!Fits(to, g_.compute_weight[v], g_.memory_weight[v])) {
-        active_[v] = 1;  // a part that is full now may have room next round
-        continue;
+  for (size_t r : runs) {
+    const size_t end = std::min(subset_.size(), (r + 1) * kVisitRun);
+    for (size_t at = r * kVisitRun; at < end; ++at) {
+      const int32_t v = subset_[at];
+      // Data vertices every round: their row moves and swaps depend on every part's load.
+      if (!active_[v] && IsCompute(v)) continue;
+      active_[v] = 0;
+      // Most tiles share both their nets with others on their part: no move of theirs can gain,
+      // and skipping them here, before their candidate parts are listed, is most of a round.
+      if (IsCompute(v) && !state_.MayGain(v)) continue;
+      const int32_t from = state_.part(v);
+      Candidates(v, &candidates);
+      int32_t best = -1;
+      int64_t best_delta = 0;
+      for (int32_t to : candidates) {
+        if (to == from) continue;
+        if (!Fits(to, g_.compute_weight[v], g_.memory_weight[v])) {
+          active_[v] = 1;  // a part that is full now may have room next round
+          continue;
+        }
+        const int64_t delta = state_.MoveDelta(v, to);
+        if (delta < best_delta) {
+          best = to;
+          best_delta = delta;
+        }
       }
-      const int64_t delta = state_.MoveDelta(v, to);
-      if (delta < best_delta) {
-        best = to;
-        best_delta = delta;
+      if (best >= 0) {
+        MoveVertex(v, best);
+        moved = true;
       }
+      if (!IsCompute(v)) moved = MoveRow(v, candidates) || SwapData(v, candidates) || moved;
     }
-    if (best >= 0) {
-      MoveVertex(v, best);
-      moved = true;
-    }
-    if (!IsCompute(v)) moved = MoveRow(v, candidates) || SwapData(v, candidates) || moved;
   }
   return moved;
 }
