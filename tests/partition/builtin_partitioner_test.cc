@@ -280,9 +280,42 @@ TEST(PartitionState, MayGainWheneverAMoveLowersKm1) {
 }
 
 // The annealer prices a swap of two vertices with SwapDelta: the km1 change counted from scratch,
-// for vertices that share nets (a tile and a pin of its row or column) and vertices that do not.
+// for vertices that share nets (a tile and a pin of its row or column) and vertices that do not,
+// on the block hypergraph and on the row hypergraphs (ContractRows) the annealer works on.
 TEST(PartitionState, SwapDeltaIsTheKm1ChangeOfTheSwap) {
-  int64_t sharing = 0;
+  int64_t sharing = 0, swaps = 0;
+  const auto check = [&](const Hypergraph& g, const std::vector<int32_t>& vertices, int32_t k,
+                         std::mt19937_64& rng) {
+    std::vector<int32_t> part(g.n_vertices(), -1);  // outside `vertices`: on no part
+    for (int32_t v : vertices) {
+      part[v] = rng() % 8 == 0 ? static_cast<int32_t>(rng() % k) : (v / 37) % k;
+    }
+    internal::PartitionState state(g, k, std::vector<int32_t>(g.n_vertices(), -1));
+    for (int32_t v : vertices) state.Assign(v, part[v]);
+    const int64_t km1 = Km1(g, part);
+    const auto nets = [&](int32_t x) {
+      return std::vector<int32_t>(g.incident.begin() + g.vertex_begin[x],
+                                  g.incident.begin() + g.vertex_begin[x + 1]);
+    };
+    for (int trial = 0; trial < 400; ++trial) {
+      const int32_t v = vertices[rng() % vertices.size()];
+      int32_t u = vertices[rng() % vertices.size()];
+      const int32_t degree = g.vertex_begin[v + 1] - g.vertex_begin[v];
+      if (trial % 2 == 0 && degree > 0) {  // a pin of one of v's nets
+        const int32_t n = g.incident[g.vertex_begin[v] + static_cast<int32_t>(rng() % degree)];
+        u = g.pins[g.net_begin[n] +
+                   static_cast<int32_t>(rng() % (g.net_begin[n + 1] - g.net_begin[n]))];
+      }
+      if (part[u] < 0 || part[u] == part[v]) continue;
+      std::vector<int32_t> swapped = part;
+      std::swap(swapped[v], swapped[u]);
+      EXPECT_EQ(state.SwapDelta(v, u), Km1(g, swapped) - km1) << "vertices " << v << ", " << u;
+      std::vector<int32_t> shared;
+      std::ranges::set_intersection(nets(v), nets(u), std::back_inserter(shared));
+      sharing += !shared.empty();
+      ++swaps;
+    }
+  };
   for (uint64_t seed = 0; seed < 10; ++seed) {
     SCOPED_TRACE(seed);
     std::mt19937_64 rng(seed);
@@ -290,36 +323,13 @@ TEST(PartitionState, SwapDeltaIsTheKm1ChangeOfTheSwap) {
     const BlockSet set = Blocks(lengths, seed % 2 ? "causal" : "lambda:sink=16,window=700", 256);
     const Hypergraph g = BuildHypergraph(set);
     const int32_t k = 2 + static_cast<int32_t>(seed % 3);
-    std::vector<int32_t> part(g.n_vertices());
-    for (int32_t v = 0; v < g.n_vertices(); ++v) {
-      part[v] = rng() % 8 == 0 ? static_cast<int32_t>(rng() % k) : (v / 37) % k;
-    }
-    internal::PartitionState state(g, k, std::vector<int32_t>(g.n_vertices(), -1));
-    for (int32_t v = 0; v < g.n_vertices(); ++v) state.Assign(v, part[v]);
-    const int64_t km1 = Km1(g, part);
-    for (int trial = 0; trial < 400; ++trial) {
-      const int32_t v = static_cast<int32_t>(rng() % g.n_vertices());
-      int32_t u = static_cast<int32_t>(rng() % g.n_vertices());
-      const int32_t degree = g.vertex_begin[v + 1] - g.vertex_begin[v];
-      if (trial % 2 == 0 && degree > 0) {  // a pin of one of v's nets
-        const int32_t n = g.incident[g.vertex_begin[v] + static_cast<int32_t>(rng() % degree)];
-        u = g.pins[g.net_begin[n] +
-                   static_cast<int32_t>(rng() % (g.net_begin[n + 1] - g.net_begin[n]))];
-      }
-      if (part[u] == part[v]) continue;
-      std::vector<int32_t> swapped = part;
-      std::swap(swapped[v], swapped[u]);
-      EXPECT_EQ(state.SwapDelta(v, u), Km1(g, swapped) - km1) << "vertices " << v << ", " << u;
-      const auto nets = [&](int32_t x) {
-        return std::vector<int32_t>(g.incident.begin() + g.vertex_begin[x],
-                                    g.incident.begin() + g.vertex_begin[x + 1]);
-      };
-      std::vector<int32_t> shared;
-      std::ranges::set_intersection(nets(v), nets(u), std::back_inserter(shared));
-      sharing += !shared.empty();
-    }
+    check(g, AllVertices(g), k, rng);
+    const internal::CoarseLevel rows = internal::ContractRows(
+        g, set.sequence_first_block, AllVertices(g), 1 + static_cast<int32_t>(seed % 3));
+    check(rows.graph, rows.subset, k, rng);
   }
-  EXPECT_GT(sharing, 100);
+  EXPECT_GT(sharing, 200);          // swaps of vertices that share nets
+  EXPECT_GT(swaps - sharing, 200);  // and of vertices that do not
 }
 
 TEST(Coarsen, ContractedWeightsSumToTheFineOnes) {
