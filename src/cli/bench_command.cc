@@ -9,17 +9,19 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <thread>
 
 #include "cli/batch_args.h"
 #include "cli/commands.h"
 #include "cli/planning.h"
-#include "dcp/planner.h"
 #include "dcp/baselines.h"
+#include "dcp/planner.h"
 #include "dcp/sim.h"
 
 namespace dcp::cli {
@@ -59,19 +61,31 @@ struct Outcome {
   double own_ms = 0;       // dcp: the fastest of its own placements among the candidates, mean
   double planning_ms = 0;  // dcp: planning with tuning, mean
   double e2e_ms = 0;       // with --model: the step estimate (EstimateEndToEnd), mean
+  // Peak buffer bytes of the largest device (PeakBufferBytesPerDevice), and max / mean over the
+  // devices, means over batches.
+  double peak_bytes = 0, peak_imbalance = 0;
 };
 
 struct Measured {
   SimReport report;
   PlanTraffic forward, backward;
   double e2e_s = 0;  // with a model
+  double peak_bytes = 0, peak_imbalance = 0;  // the largest device's, and max / mean
 };
 
 Result<Measured> Simulate(const Plan& plan, const ClusterSpec& cluster, const ModelSpec* model) {
   DCP_ASSIGN_OR_RETURN(SimReport report, SimulatePlan(plan, cluster));
   const double e2e = model ? EstimateEndToEnd(plan, report, *model, cluster.device).total_s : 0;
-  return Measured{std::move(report), MeasureTraffic(plan, Pass::kForward),
-                  MeasureTraffic(plan, Pass::kBackward), e2e};
+  const std::vector<int64_t> peaks = PeakBufferBytesPerDevice(plan);
+  const auto most = static_cast<double>(*std::max_element(peaks.begin(), peaks.end()));
+  const double mean = static_cast<double>(std::accumulate(peaks.begin(), peaks.end(), int64_t{0})) /
+                      static_cast<double>(peaks.size());
+  return Measured{std::move(report),
+                  MeasureTraffic(plan, Pass::kForward),
+                  MeasureTraffic(plan, Pass::kBackward),
+                  e2e,
+                  most,
+                  mean > 0 ? most / mean : 1.0};
 }
 
 // The fastest of a strategy's variants on one batch (BaselineVariants); dcp: its default plan.
@@ -164,6 +178,8 @@ Result<std::map<Strategy, Outcome>> RunCell(const Cell& cell, const BenchArgs& a
       o.own_ms += 1e3 * best->own_s / n;
       o.planning_ms += best->planning_ms / n;
       o.e2e_ms += 1e3 * m.e2e_s / n;
+      o.peak_bytes += m.peak_bytes / n;
+      o.peak_imbalance += m.peak_imbalance / n;
       if (!best->choice.empty()) o.choice += (o.choice.empty() ? "" : ", ") + best->choice;
     }
   }
@@ -195,29 +211,31 @@ std::string DatasetName(LengthDistribution d) {
 std::string Markdown(const std::vector<Row>& rows) {
   std::string out =
       "| dataset | scale | mask | strategy | fwd+bwd ms | fwd ms | bwd ms | inter-node GB | "
-      "compute imbalance | efficiency | chosen | dcp's own best ms | planning ms | step ms "
-      "(--model) | speedup of dcp |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+      "compute imbalance | efficiency | peak MiB | peak max/mean | chosen | dcp's own best ms | "
+      "planning ms | step ms (--model) | speedup of dcp |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const Row& row : rows) {
     const auto [best, speedup] = row.BestBaseline();
     for (const auto& [s, o] : row.outcomes) {
       const std::string head = fmt::format("| {} | {} | {} | {} ", DatasetName(row.cell.dataset),
                                             row.cell.scale, row.cell.mask, ToString(s));
       if (!o.supported) {
-        out += head + fmt::format("| n/a ({}) | | | | | | | | | | |\n", o.reason);
+        out += head + fmt::format("| n/a ({}) | | | | | | | | | | | | |\n", o.reason);
         continue;
       }
       const double dcp_ms = row.outcomes.at(Strategy::kDcp).total_ms;
       const bool dcp = s == Strategy::kDcp;
-      out += head + fmt::format("| {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:.3f} | {:.2f} | {} | {} | {} | {} | {} |\n",
-                                o.total_ms, o.fwd_ms, o.bwd_ms, o.bytes_inter_node / 1e9,
-                                o.compute_imbalance, o.efficiency, o.choice,
-                                dcp ? fmt::format("{:.2f}", o.own_ms) : "",
-                                dcp ? fmt::format("{:.0f}", o.planning_ms) : "",
-                                o.e2e_ms > 0 ? fmt::format("{:.1f}", o.e2e_ms) : "",
-                                s == Strategy::kDcp
-                                    ? fmt::format("**{:.2f}x over {}**", speedup, ToString(best))
-                                    : fmt::format("{:.2f}x", o.total_ms / dcp_ms));
+      out += head + fmt::format(
+                        "| {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:.3f} | {:.2f} | {:.1f} | {:.2f} | "
+                        "{} | {} | {} | {} | {} |\n",
+                        o.total_ms, o.fwd_ms, o.bwd_ms, o.bytes_inter_node / 1e9,
+                        o.compute_imbalance, o.efficiency, o.peak_bytes / (1 << 20),
+                        o.peak_imbalance, o.choice, dcp ? fmt::format("{:.2f}", o.own_ms) : "",
+                        dcp ? fmt::format("{:.0f}", o.planning_ms) : "",
+                        o.e2e_ms > 0 ? fmt::format("{:.1f}", o.e2e_ms) : "",
+                        s == Strategy::kDcp
+                            ? fmt::format("**{:.2f}x over {}**", speedup, ToString(best))
+                            : fmt::format("{:.2f}x", o.total_ms / dcp_ms));
     }
   }
   return out;
@@ -226,16 +244,19 @@ std::string Markdown(const std::vector<Row>& rows) {
 std::string Csv(const std::vector<Row>& rows) {
   std::string out =
       "dataset,scale,mask,strategy,supported,total_ms,fwd_ms,bwd_ms,bytes_inter_node,"
-      "compute_imbalance,efficiency,variant,own_best_ms,planning_ms,e2e_ms,dcp_speedup\n";
+      "compute_imbalance,efficiency,variant,own_best_ms,planning_ms,e2e_ms,dcp_speedup,"
+      "peak_bytes,peak_imbalance\n";
   for (const Row& row : rows) {
     const double dcp_ms = row.outcomes.at(Strategy::kDcp).total_ms;
     for (const auto& [s, o] : row.outcomes) {
-      out += fmt::format("{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.0f},{:.4f},{:.4f},\"{}\",{:.4f},{:.1f},{:.2f},{:.4f}\n",
-                         DatasetName(row.cell.dataset), row.cell.scale, row.cell.mask,
-                         ToString(s), o.supported ? 1 : 0, o.total_ms, o.fwd_ms, o.bwd_ms,
-                         o.bytes_inter_node, o.compute_imbalance, o.efficiency, o.choice, o.own_ms,
-                         o.planning_ms, o.e2e_ms,
-                         o.supported && o.total_ms > 0 ? o.total_ms / dcp_ms : 0.0);
+      out += fmt::format(
+          "{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.0f},{:.4f},{:.4f},\"{}\",{:.4f},{:.1f},{:.2f},{:."
+          "4f},{:.0f},{:.4f}\n",
+          DatasetName(row.cell.dataset), row.cell.scale, row.cell.mask, ToString(s),
+          o.supported ? 1 : 0, o.total_ms, o.fwd_ms, o.bwd_ms, o.bytes_inter_node,
+          o.compute_imbalance, o.efficiency, o.choice, o.own_ms, o.planning_ms, o.e2e_ms,
+          o.supported && o.total_ms > 0 ? o.total_ms / dcp_ms : 0.0, o.peak_bytes,
+          o.peak_imbalance);
     }
   }
   return out;

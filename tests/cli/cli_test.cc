@@ -727,9 +727,10 @@ TEST(CliBench, QuickRunWritesTheTableCsvAndFigure) {
     return static_cast<size_t>(std::find(header.begin(), header.end(), name) - header.begin());
   };
   const size_t strategy = column("strategy"), supported = column("supported"),
-               total = column("total_ms"), speedup = column("dcp_speedup"),
-               scale = column("scale"), variant = column("variant");
-  ASSERT_LT(std::max(speedup, variant), header.size()) << lines[0];
+               total = column("total_ms"), speedup = column("dcp_speedup"), scale = column("scale"),
+               variant = column("variant"), peak = column("peak_bytes"),
+               peak_spread = column("peak_imbalance");
+  ASSERT_LT(std::max({speedup, variant, peak, peak_spread}), header.size()) << lines[0];
   for (size_t i = 1; i < lines.size(); ++i) {
     const std::vector<std::string> f = fields(lines[i]);
     ASSERT_EQ(f.size(), header.size()) << lines[i];
@@ -738,7 +739,11 @@ TEST(CliBench, QuickRunWritesTheTableCsvAndFigure) {
     if (f[strategy] == "dcp" && f[scale] == "0.5") {
       EXPECT_EQ(f[variant].rfind("dcp ", 0), 0u) << lines[i];
     }
-    if (f[supported] != "1" || f[strategy] == "dcp") continue;
+    if (f[supported] != "1") continue;
+    // Every plan holds buffers; max / mean over the devices is at least 1.
+    EXPECT_GT(std::stod(f[peak]), 0) << lines[i];
+    EXPECT_GE(std::stod(f[peak_spread]), 1) << lines[i];
+    if (f[strategy] == "dcp") continue;
     EXPECT_GT(std::stod(f[total]), 0) << lines[i];
     EXPECT_GE(std::stod(f[speedup]), 1 / 1.1) << lines[i];
   }
