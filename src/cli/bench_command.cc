@@ -14,7 +14,6 @@
 #include <filesystem>
 #include <limits>
 #include <map>
-#include <numeric>
 #include <thread>
 
 #include "cli/batch_args.h"
@@ -77,15 +76,12 @@ Result<Measured> Simulate(const Plan& plan, const ClusterSpec& cluster, const Mo
   DCP_ASSIGN_OR_RETURN(SimReport report, SimulatePlan(plan, cluster));
   const double e2e = model ? EstimateEndToEnd(plan, report, *model, cluster.device).total_s : 0;
   const std::vector<int64_t> peaks = PeakBufferBytesPerDevice(plan);
-  const auto most = static_cast<double>(*std::max_element(peaks.begin(), peaks.end()));
-  const double mean = static_cast<double>(std::accumulate(peaks.begin(), peaks.end(), int64_t{0})) /
-                      static_cast<double>(peaks.size());
   return Measured{std::move(report),
                   MeasureTraffic(plan, Pass::kForward),
                   MeasureTraffic(plan, Pass::kBackward),
                   e2e,
-                  most,
-                  mean > 0 ? most / mean : 1.0};
+                  static_cast<double>(*std::max_element(peaks.begin(), peaks.end())),
+                  MaxOverMean(peaks)};
 }
 
 // The fastest of a strategy's variants on one batch (BaselineVariants); dcp: its default plan.
