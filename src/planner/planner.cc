@@ -657,6 +657,17 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
   std::optional<size_t> best_own = Choose(tried, options.tuning, /*own_only=*/true);
   int32_t others = own;  // the first candidate of another strategy
+  // A refinement of dcp's own (a split, a tightening, a close call's block size): planned after
+  // the own candidates before it, its division count searched.
+  const auto plan_own = [&](Candidate c) {
+    const Candidate& added = *candidates.insert(candidates.begin() + others, std::move(c));
+    Tried& t = *tried.insert(tried.begin() + others, Try(batch, added, options, kNoBound));
+    if (Planned(t)) {
+      RefineDivisions(batch, *added.own, options, options.threads, &**t.planned, &t.outcome);
+    }
+    ReleaseLosers(tried, options.tuning);
+    ++others;
+  };
   // The best of dcp's own and the runner-up each get their division count searched, then are
   // planned again split into head groups, each of those as the others were and then searching its
   // own count (the split pays only with its own count). Refining only the best made a larger
@@ -681,17 +692,12 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
     if (tiles > options.tuning.split_max_tiles_per_device * options.topology.devices()) continue;
     for (int64_t g : head_groups) {
       DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
-      Candidate& c = *candidates.insert(candidates.begin() + others, refined);
+      Candidate c = refined;
       c.own->head_groups = g;
       c.own->threads = options.threads;
       c.name += HeadGroupsSuffix(g);
-      Tried& t = *tried.insert(tried.begin() + others, Try(batch, c, options, kNoBound));
-      if (Planned(t)) {
-        RefineDivisions(batch, *c.own, options, options.threads, &**t.planned, &t.outcome);
-      }
-      ReleaseLosers(tried, options.tuning);
+      plan_own(std::move(c));
       report_done();
-      ++others;
     }
   }
   best_own = Choose(tried, options.tuning, /*own_only=*/true);
@@ -705,13 +711,7 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
       if (c && std::find(made.begin(), made.end(),
                          std::pair{c->own->block_size, c->own->head_groups}) == made.end()) {
         made.emplace_back(c->own->block_size, c->own->head_groups);
-        const Candidate& tight = *candidates.insert(candidates.begin() + others, *std::move(c));
-        Tried& t = *tried.insert(tried.begin() + others, Try(batch, tight, options, kNoBound));
-        if (Planned(t)) {
-          RefineDivisions(batch, *tight.own, options, options.threads, &**t.planned, &t.outcome);
-        }
-        ReleaseLosers(tried, options.tuning);
-        ++others;
+        plan_own(*std::move(c));
       }
       report_done();
     }
@@ -729,15 +729,7 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
       DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
       std::optional<Candidate> c =
           AtCloseCallBlockSize(batch, best, block_size, candidates, options);
-      if (c) {
-        const Candidate& sized = *candidates.insert(candidates.begin() + others, *std::move(c));
-        Tried& t = *tried.insert(tried.begin() + others, Try(batch, sized, options, kNoBound));
-        if (Planned(t)) {
-          RefineDivisions(batch, *sized.own, options, options.threads, &**t.planned, &t.outcome);
-        }
-        ReleaseLosers(tried, options.tuning);
-        ++others;
-      }
+      if (c) plan_own(*std::move(c));
       report_done();
     }
     best_own = Choose(tried, options.tuning, /*own_only=*/true);

@@ -56,6 +56,27 @@ double SimulatedSeconds(const Plan& plan) {
   return report.ok() ? report->total_s() : 0;
 }
 
+bool FasterThan(const CandidateOutcome& a, const CandidateOutcome& b) {
+  return a.simulated_s < b.simulated_s;
+}
+
+// A candidate of dcp's own made by the tuning's refinements is the pinned pass with its values,
+// its division count searched: the same origin, head groups and simulated time.
+void ExpectThePinnedPass(const Batch& batch, const CandidateOutcome& candidate, int64_t block_size,
+                         Tolerances eps, int64_t head_groups = 1) {
+  auto pinned = PlanBatch(batch, On2x4([&](PlanOptions& o) {
+                            Pin(o, block_size);
+                            o.partition.eps_compute = eps.compute;
+                            o.partition.eps_inter = eps.inter;
+                            o.head_groups = head_groups;
+                            o.division_choice = DivisionChoice::kSimulate;
+                          }));
+  ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
+  EXPECT_EQ(pinned->plan.origin, candidate.name);
+  EXPECT_EQ(pinned->plan.head_groups, head_groups);
+  EXPECT_DOUBLE_EQ(candidate.simulated_s, SimulatedSeconds(pinned->plan));
+}
+
 TEST(PlanBatch, IsThePipelineOfItsPhases) {
   const Batch batch = TestBatch();
   const PlanOptions options = On2x4([](PlanOptions& o) {
@@ -194,11 +215,8 @@ TEST(PlanBatch, TuningTightensTheFastestTwoOwnCandidates) {
   auto planned = PlanBatch(batch, options);
   ASSERT_TRUE(planned.ok()) << planned.status().ToString();
   ASSERT_EQ(planned->candidates.size(), 4u);
-  const auto by_time = [](const CandidateOutcome& a, const CandidateOutcome& b) {
-    return a.simulated_s < b.simulated_s;
-  };
   std::vector<CandidateOutcome> own(planned->candidates.begin(), planned->candidates.begin() + 2);
-  std::stable_sort(own.begin(), own.end(), by_time);
+  std::stable_sort(own.begin(), own.end(), FasterThan);
   for (int i : {0, 1}) {  // the best's, then the runner-up's
     const CandidateOutcome& tight = planned->candidates[2 + i];
     EXPECT_TRUE(tight.own);
@@ -206,18 +224,10 @@ TEST(PlanBatch, TuningTightensTheFastestTwoOwnCandidates) {
     ASSERT_EQ(std::sscanf(own[i].name.c_str(), "dcp %ld:", &block), 1) << own[i].name;
     const std::string values = fmt::format("dcp {}:0.02/0.01:", block);
     EXPECT_EQ(tight.name.substr(0, values.size()), values) << tight.name;
-    auto pinned = PlanBatch(batch, On2x4([&](PlanOptions& o) {
-                              Pin(o, block);
-                              o.partition.eps_compute = 0.02;
-                              o.partition.eps_inter = 0.01;
-                              o.division_choice = DivisionChoice::kSimulate;
-                            }));
-    ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
-    EXPECT_EQ(pinned->plan.origin, tight.name);
-    EXPECT_DOUBLE_EQ(tight.simulated_s, SimulatedSeconds(pinned->plan));
+    ExpectThePinnedPass(batch, tight, block, {.compute = 0.02, .inter = 0.01});
   }
   const CandidateOutcome& fastest =
-      *std::min_element(planned->candidates.begin(), planned->candidates.end(), by_time);
+      *std::min_element(planned->candidates.begin(), planned->candidates.end(), FasterThan);
   EXPECT_EQ(planned->plan.origin, fastest.name);
   options.threads = 3;
   auto threaded = PlanBatch(batch, options);
@@ -280,26 +290,15 @@ TEST(PlanBatch, TuningTriesTwoBlocksPerDeviceInACloseCall) {
     EXPECT_TRUE(sized.own);
     const std::string values = fmt::format("dcp {}:0.02/0.01:", sizes[i]);
     EXPECT_EQ(sized.name.substr(0, values.size()), values) << sized.name;
-    auto pinned = PlanBatch(batch, On2x4([&](PlanOptions& o) {
-                              Pin(o, sizes[i]);
-                              o.partition.eps_compute = 0.02;
-                              o.partition.eps_inter = 0.01;
-                              o.division_choice = DivisionChoice::kSimulate;
-                            }));
-    ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
-    EXPECT_EQ(pinned->plan.origin, sized.name);
-    EXPECT_DOUBLE_EQ(sized.simulated_s, SimulatedSeconds(pinned->plan));
+    ExpectThePinnedPass(batch, sized, sizes[i], {.compute = 0.02, .inter = 0.01});
   }
   EXPECT_FALSE(planned->candidates[6].own) << planned->candidates[6].name;
-  const auto by_time = [](const CandidateOutcome& a, const CandidateOutcome& b) {
-    return a.simulated_s < b.simulated_s;
-  };
   const auto planned_only = [](std::vector<CandidateOutcome> all) {
     std::erase_if(all, [](const CandidateOutcome& c) { return c.skipped; });
     return all;
   };
   const std::vector<CandidateOutcome> tried = planned_only(planned->candidates);
-  EXPECT_EQ(planned->plan.origin, std::min_element(tried.begin(), tried.end(), by_time)->name);
+  EXPECT_EQ(planned->plan.origin, std::min_element(tried.begin(), tried.end(), FasterThan)->name);
   options.threads = 3;
   auto threaded = PlanBatch(batch, options);
   ASSERT_TRUE(threaded.ok()) << threaded.status().ToString();
@@ -347,11 +346,8 @@ TEST(PlanBatch, TuningSplitsTheTwoBestOwnCandidatesIntoHeadGroups) {
   auto planned = PlanBatch(batch, options);
   ASSERT_TRUE(planned.ok()) << planned.status().ToString();
   ASSERT_EQ(planned->candidates.size(), 6u);
-  const auto by_time = [](const CandidateOutcome& a, const CandidateOutcome& b) {
-    return a.simulated_s < b.simulated_s;
-  };
   std::vector<CandidateOutcome> own(planned->candidates.begin(), planned->candidates.begin() + 4);
-  std::stable_sort(own.begin(), own.end(), by_time);
+  std::stable_sort(own.begin(), own.end(), FasterThan);
   const CandidateOutcome& best = own[0];
   const CandidateOutcome& split = planned->candidates[4];
   EXPECT_TRUE(split.own);
@@ -368,19 +364,9 @@ TEST(PlanBatch, TuningSplitsTheTwoBestOwnCandidatesIntoHeadGroups) {
   int64_t block = 0;
   double compute = 0, inter = 0;
   ASSERT_EQ(std::sscanf(values.c_str(), "dcp %ld:%lf/%lf", &block, &compute, &inter), 3);
-  auto pinned = PlanBatch(batch, On2x4([&](PlanOptions& o) {
-                            Pin(o, block);
-                            o.partition.eps_compute = compute;
-                            o.partition.eps_inter = inter;
-                            o.head_groups = 2;
-                            o.division_choice = DivisionChoice::kSimulate;
-                          }));
-  ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
-  EXPECT_EQ(pinned->plan.origin, split.name);
-  EXPECT_EQ(pinned->plan.head_groups, 2);
-  EXPECT_DOUBLE_EQ(split.simulated_s, SimulatedSeconds(pinned->plan));
+  ExpectThePinnedPass(batch, split, block, {.compute = compute, .inter = inter}, 2);
   const CandidateOutcome& fastest =
-      *std::min_element(planned->candidates.begin(), planned->candidates.end(), by_time);
+      *std::min_element(planned->candidates.begin(), planned->candidates.end(), FasterThan);
   EXPECT_EQ(planned->plan.origin, fastest.name);
   EXPECT_EQ(planned->plan.head_groups, fastest.name.ends_with(" g2") ? 2 : 1);
   options.threads = 3;
