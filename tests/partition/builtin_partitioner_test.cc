@@ -237,6 +237,31 @@ std::vector<int32_t> AllVertices(const Hypergraph& g) {
   return all;
 }
 
+// A random batch's hypergraph for the PartitionState tests (causal or lambda by seed), and a part
+// count. Draws its lengths from `rng`.
+struct StateCase {
+  BlockSet set;
+  Hypergraph g;
+  int32_t k;
+};
+StateCase MakeStateCase(uint64_t seed, std::mt19937_64& rng) {
+  const std::vector<int64_t> lengths = RandomLengths(rng, {1, 4}, {1, 3000});
+  BlockSet set = Blocks(lengths, seed % 2 ? "causal" : "lambda:sink=16,window=700", 256);
+  Hypergraph g = BuildHypergraph(set);
+  return {std::move(set), std::move(g), 2 + static_cast<int32_t>(seed % 3)};
+}
+
+// Runs of 37 neighbouring vertices on one part, with strays (one in eight on a random part): some
+// tiles are their nets' last pin on their part, most are not. Vertices outside `vertices`: -1.
+std::vector<int32_t> RunsWithStrays(const Hypergraph& g, const std::vector<int32_t>& vertices,
+                                    int32_t k, std::mt19937_64& rng) {
+  std::vector<int32_t> part(g.n_vertices(), -1);
+  for (int32_t v : vertices) {
+    part[v] = rng() % 8 == 0 ? static_cast<int32_t>(rng() % k) : (v / 37) % k;
+  }
+  return part;
+}
+
 // A tile can only lower km1 by leaving a net it is the last pin of on its part: MayGain (which
 // lets refinement skip a tile without listing its candidate parts) is true whenever some move
 // lowers km1 as counted from scratch.
@@ -245,16 +270,8 @@ TEST(PartitionState, MayGainWheneverAMoveLowersKm1) {
   for (uint64_t seed = 0; seed < 10; ++seed) {
     SCOPED_TRACE(seed);
     std::mt19937_64 rng(seed);
-    const std::vector<int64_t> lengths = RandomLengths(rng, {1, 4}, {1, 3000});
-    const BlockSet set = Blocks(lengths, seed % 2 ? "causal" : "lambda:sink=16,window=700", 256);
-    const Hypergraph g = BuildHypergraph(set);
-    const int32_t k = 2 + static_cast<int32_t>(seed % 3);
-    // Runs of neighbouring vertices on one part, with strays: some tiles are their nets' last
-    // pin on their part, most are not.
-    std::vector<int32_t> part(g.n_vertices());
-    for (int32_t v = 0; v < g.n_vertices(); ++v) {
-      part[v] = rng() % 8 == 0 ? static_cast<int32_t>(rng() % k) : (v / 37) % k;
-    }
+    const auto [set, g, k] = MakeStateCase(seed, rng);
+    const std::vector<int32_t> part = RunsWithStrays(g, AllVertices(g), k, rng);
     internal::PartitionState state(g, k, std::vector<int32_t>(g.n_vertices(), -1));
     for (int32_t v = 0; v < g.n_vertices(); ++v) state.Assign(v, part[v]);
     const int64_t km1 = Km1(g, part);
@@ -286,10 +303,7 @@ TEST(PartitionState, SwapDeltaIsTheKm1ChangeOfTheSwap) {
   int64_t sharing = 0, swaps = 0;
   const auto check = [&](const Hypergraph& g, const std::vector<int32_t>& vertices, int32_t k,
                          std::mt19937_64& rng) {
-    std::vector<int32_t> part(g.n_vertices(), -1);  // outside `vertices`: on no part
-    for (int32_t v : vertices) {
-      part[v] = rng() % 8 == 0 ? static_cast<int32_t>(rng() % k) : (v / 37) % k;
-    }
+    const std::vector<int32_t> part = RunsWithStrays(g, vertices, k, rng);
     internal::PartitionState state(g, k, std::vector<int32_t>(g.n_vertices(), -1));
     for (int32_t v : vertices) state.Assign(v, part[v]);
     const int64_t km1 = Km1(g, part);
@@ -319,10 +333,7 @@ TEST(PartitionState, SwapDeltaIsTheKm1ChangeOfTheSwap) {
   for (uint64_t seed = 0; seed < 10; ++seed) {
     SCOPED_TRACE(seed);
     std::mt19937_64 rng(seed);
-    const std::vector<int64_t> lengths = RandomLengths(rng, {1, 4}, {1, 3000});
-    const BlockSet set = Blocks(lengths, seed % 2 ? "causal" : "lambda:sink=16,window=700", 256);
-    const Hypergraph g = BuildHypergraph(set);
-    const int32_t k = 2 + static_cast<int32_t>(seed % 3);
+    const auto [set, g, k] = MakeStateCase(seed, rng);
     check(g, AllVertices(g), k, rng);
     const internal::CoarseLevel rows = internal::ContractRows(
         g, set.sequence_first_block, AllVertices(g), 1 + static_cast<int32_t>(seed % 3));
