@@ -514,6 +514,25 @@ std::vector<int64_t> HeadGroupsToTry(const Batch& batch, const PlanOptions& opti
   return counts;
 }
 
+// Whether a candidate of this many tiles is refined (split into head groups, tightened, sized in
+// a close call): at most TuningOptions::split_max_tiles_per_device per device.
+bool FewEnoughTilesToRefine(int64_t tiles, const PlanOptions& options) {
+  return tiles <= options.tuning.split_max_tiles_per_device * options.topology.devices();
+}
+
+// dcp's own candidate `best` at `block_size` with TuningOptions::tightened.
+Candidate AtTightened(const Candidate& best, int64_t block_size, const PlanOptions& options) {
+  const Tolerances eps = *options.tuning.tightened;
+  Candidate c = best;
+  c.own->block_size = block_size;
+  c.own->partition.eps_compute = eps.compute;
+  c.own->partition.eps_inter = eps.inter;
+  c.own->threads = options.threads;
+  c.name = fmt::format("dcp {}:{}/{}{}", block_size, eps.compute, eps.inter,
+                       HeadGroupsSuffix(c.own->head_groups));
+  return c;
+}
+
 // dcp's own candidate `best`, planned with `tried`, again with TuningOptions::tightened, when they
 // are tighter than its tolerances and it has few enough tiles
 // (TuningOptions::split_max_tiles_per_device). A released plan's blocks are made again.
@@ -527,18 +546,10 @@ std::optional<Candidate> Tightened(const Batch& batch, const Candidate& best, co
   Result<BlockSet> remade = tried.released ? BlocksFor(batch, *best.own) : BlockSet{};
   if (!remade.ok()) return std::nullopt;
   const BlockSet& blocks = tried.released ? *remade : (**tried.planned).blocks;
-  const auto tiles = static_cast<int64_t>(blocks.compute_blocks.size());
-  if (tiles > options.tuning.split_max_tiles_per_device * options.topology.devices()) {
+  if (!FewEnoughTilesToRefine(static_cast<int64_t>(blocks.compute_blocks.size()), options)) {
     return std::nullopt;
   }
-  Candidate c = best;
-  c.own->block_size = blocks.block_size;
-  c.own->partition.eps_compute = eps.compute;
-  c.own->partition.eps_inter = eps.inter;
-  c.own->threads = options.threads;
-  c.name = fmt::format("dcp {}:{}/{}{}", c.own->block_size, eps.compute, eps.inter,
-                       HeadGroupsSuffix(c.own->head_groups));
-  return c;
+  return AtTightened(best, blocks.block_size, options);
 }
 
 // The block sizes of a close call (TuningOptions::close_call): about two blocks per device, the
@@ -579,11 +590,7 @@ std::optional<Candidate> AtCloseCallBlockSize(const Batch& batch, const Candidat
                                               int64_t block_size,
                                               const std::vector<Candidate>& candidates,
                                               const PlanOptions& options) {
-  Candidate c = best;
-  c.own->block_size = block_size;
-  c.own->partition.eps_compute = options.tuning.tightened->compute;
-  c.own->partition.eps_inter = options.tuning.tightened->inter;
-  c.own->threads = options.threads;
+  Candidate c = AtTightened(best, block_size, options);
   const auto same = [&](const Candidate& other) {
     return other.own && other.own->block_size == block_size &&
            other.own->head_groups == c.own->head_groups &&
@@ -592,12 +599,10 @@ std::optional<Candidate> AtCloseCallBlockSize(const Batch& batch, const Candidat
   };
   if (std::any_of(candidates.begin(), candidates.end(), same)) return std::nullopt;
   Result<BlockSet> blocks = BlocksFor(batch, *c.own);
-  if (!blocks.ok() || static_cast<int64_t>(blocks->compute_blocks.size()) >
-                          options.tuning.split_max_tiles_per_device * options.topology.devices()) {
+  if (!blocks.ok() ||
+      !FewEnoughTilesToRefine(static_cast<int64_t>(blocks->compute_blocks.size()), options)) {
     return std::nullopt;
   }
-  c.name = fmt::format("dcp {}:{}/{}{}", block_size, c.own->partition.eps_compute,
-                       c.own->partition.eps_inter, HeadGroupsSuffix(c.own->head_groups));
   return c;
 }
 
@@ -689,7 +694,7 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
                     &tried[index].outcome);
     const auto tiles = static_cast<int64_t>((*tried[index].planned)->blocks.compute_blocks.size());
     ReleaseLosers(tried, options.tuning);
-    if (tiles > options.tuning.split_max_tiles_per_device * options.topology.devices()) continue;
+    if (!FewEnoughTilesToRefine(tiles, options)) continue;
     for (int64_t g : head_groups) {
       DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
       Candidate c = refined;
