@@ -58,7 +58,6 @@ inline RandomPlanCase MakeRandomPlanCase(uint64_t seed, std::span<const char* co
   return c;
 }
 
-// Blocks, places (builtin partitioner), schedules and compiles the case.
 // A case through dcp's pipeline up to its schedule, each stage kept for the tests that check it.
 struct ScheduledCase {
   Batch batch;
@@ -67,6 +66,7 @@ struct ScheduledCase {
   Schedule schedule;
 };
 
+// Blocks, places (builtin partitioner) and schedules the case.
 inline Result<ScheduledCase> ScheduleRandomPlanCase(const RandomPlanCase& c) {
   DCP_ASSIGN_OR_RETURN(Batch batch, c.MakeBatch());
   DCP_ASSIGN_OR_RETURN(BlockSet blocks, MakeBlocks(batch, {.block_size = c.block_size,
@@ -81,6 +81,7 @@ inline Result<ScheduledCase> ScheduleRandomPlanCase(const RandomPlanCase& c) {
                        .schedule = std::move(schedule)};
 }
 
+// Blocks, places (builtin partitioner), schedules and compiles the case.
 inline Result<Plan> CompileRandomPlanCase(const RandomPlanCase& c, bool reduce_in_node = true) {
   DCP_ASSIGN_OR_RETURN(ScheduledCase s, ScheduleRandomPlanCase(c));
   s.schedule.reduce_in_node = reduce_in_node;
