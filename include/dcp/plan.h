@@ -3,8 +3,9 @@
 // simulator replays. The binary format is specified in docs/plan_format.md.
 //
 // A Program works on typed buffer slots. Each slot holds one piece of one tensor: the tokens of
-// one data block for the heads of one head group (the whole block when head_groups is 1). Slots
-// are reused once their content is dead, so a Program needs only its peak of live slots.
+// one data block for the heads of one head group (the whole block when head_groups is 1). A slot
+// lives from its first reference to its last, and slots whose lives do not overlap share memory
+// (LayOutSlots), so a Program needs about its peak of live data.
 //
 // Semantics, instruction by instruction (the validator checks all of them):
 //  - BlockwiseReduction with no sources sets its destination to the identity: O = 0, LSE = -inf,
@@ -202,9 +203,24 @@ struct Program {
   std::vector<Binding> outputs = {};  // forward: O, LSE; backward: dQ, dKV of owned pieces
   std::vector<Instruction> instructions = {};
 
-  int64_t PeakBufferBytes() const;  // sum of slot capacities: slots are the peak of live data
+  int64_t PeakBufferBytes() const;  // LayOutSlots(*this).bytes: the workspace a runtime allocates
   friend bool operator==(const Program&, const Program&) = default;
 };
+
+// Slots start at multiples of this many bytes in a program's workspace.
+inline constexpr int64_t kSlotAlignment = 64;
+
+// Where the slots of a program lie in its workspace. A slot lives from its first reference to its
+// last: an input from before the first instruction, an output until after the last, a slot a
+// CommLaunch sends or receives until that launch's CommWait (the end when it has none). Slots of
+// the same capacity (rounded up to kSlotAlignment) share memory when their lives do not overlap:
+// taken in order of first use, a slot gets the lowest free place of its capacity, so the
+// workspace holds, per capacity, the most slots of it alive at once.
+struct SlotLayout {
+  std::vector<int64_t> offsets;  // per slot, in bytes from the workspace's start
+  int64_t bytes = 0;             // the workspace
+};
+SlotLayout LayOutSlots(const Program& program);
 
 // Where a data block's tokens are; enough for a runtime to gather and scatter real tensors.
 struct PlanBlock {

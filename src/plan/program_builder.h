@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// Builds one Program with virtual buffers, then gives them slots: every virtual buffer lives from
-// its first to its last reference (a sent buffer until the wait of its launch, an input from the
-// start, an output to the end), and a slot is reused by a later buffer of the same type once its
-// previous tenant is dead. Internal to src/plan.
+// Builds one Program with virtual buffers, then makes each buffer the program uses a slot (where
+// the slots lie in memory, sharing it when their lives do not overlap, is LayOutSlots' business).
+// Internal to src/plan.
 #pragma once
 
-#include <map>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "dcp/plan.h"
@@ -44,48 +44,38 @@ class ProgramBuilder {
   Program program_;
 };
 
-// Calls fn(SlotId&) for every slot reference of the instruction.
-template <typename Fn>
-void ForEachSlot(Instruction& instruction, Fn&& fn) {
-  struct Visitor {
-    Fn& fn;
-    void operator()(BlockwiseAttention& a) {
-      for (AttentionRow& r : a.rows) {
-        for (SlotId* s : {&r.q, &r.out, &r.lse, &r.d_o, &r.delta, &r.dq}) {
-          if (*s >= 0) fn(*s);
+// Calls fn(SlotId&) for every slot reference of the instruction (fn(const SlotId&) when the
+// instruction is const).
+template <typename InstructionRef, typename Fn>
+void ForEachSlot(InstructionRef& instruction, Fn&& fn) {
+  const auto each = [&fn](auto&&... slots) { ((slots >= 0 ? fn(slots) : void()), ...); };
+  std::visit(
+      [&](auto& op) {
+        using Op = std::remove_cvref_t<decltype(op)>;
+        if constexpr (std::is_same_v<Op, BlockwiseAttention>) {
+          for (auto& r : op.rows) each(r.q, r.out, r.lse, r.d_o, r.delta, r.dq);
+          for (auto& c : op.columns) each(c.kv, c.dkv);
+        } else if constexpr (std::is_same_v<Op, BlockwiseReduction>) {
+          for (auto& o : op.ops) {
+            fn(o.destination);
+            if (o.lse_destination >= 0) fn(o.lse_destination);
+            for (auto& s : o.sources) fn(s);
+            for (auto& s : o.lse_sources) fn(s);
+          }
+        } else if constexpr (std::is_same_v<Op, BlockwiseCopy>) {
+          for (auto& [from, to] : op.ops) {
+            fn(from);
+            fn(to);
+          }
+        } else if constexpr (std::is_same_v<Op, CommLaunch>) {
+          for (auto* lists : {&op.sends, &op.recvs}) {
+            for (auto& p : *lists) {
+              for (auto& s : p.slots) fn(s);
+            }
+          }
         }
-      }
-      for (AttentionColumn& c : a.columns) {
-        for (SlotId* s : {&c.kv, &c.dkv}) {
-          if (*s >= 0) fn(*s);
-        }
-      }
-    }
-    void operator()(BlockwiseReduction& r) {
-      for (ReductionOp& op : r.ops) {
-        fn(op.destination);
-        if (op.lse_destination >= 0) fn(op.lse_destination);
-        for (SlotId& s : op.sources) fn(s);
-        for (SlotId& s : op.lse_sources) fn(s);
-      }
-    }
-    void operator()(BlockwiseCopy& c) {
-      for (auto& [from, to] : c.ops) {
-        fn(from);
-        fn(to);
-      }
-    }
-    void operator()(CommLaunch& l) {
-      for (PeerSlots& p : l.sends) {
-        for (SlotId& s : p.slots) fn(s);
-      }
-      for (PeerSlots& p : l.recvs) {
-        for (SlotId& s : p.slots) fn(s);
-      }
-    }
-    void operator()(CommWait&) {}
-  };
-  std::visit(Visitor{fn}, instruction);
+      },
+      instruction);
 }
 
 }  // namespace dcp::internal

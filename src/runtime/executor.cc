@@ -13,8 +13,6 @@
 namespace dcp {
 namespace {
 
-constexpr size_t kSlotAlignment = 64;
-
 // The caller's tensors of one call, by the kind of piece they hold.
 struct CallTensors {
   const TensorView* q = nullptr;
@@ -68,7 +66,9 @@ class Executor::Impl {
       local_offset_[b] = local_tokens_;
       local_tokens_ += part_.blocks[b].tokens;
     }
-    workspace_bytes_ = std::max(SlotsBytes(forward()), SlotsBytes(backward()));
+    forward_layout_ = LayOutSlots(forward());
+    backward_layout_ = LayOutSlots(backward());
+    workspace_bytes_ = static_cast<size_t>(std::max(forward_layout_.bytes, backward_layout_.bytes));
   }
 
   Status AllocateWorkspace() {
@@ -104,16 +104,6 @@ class Executor::Impl {
   }
 
  private:
-  static size_t SlotBytes(const SlotInfo& slot) {
-    return (static_cast<size_t>(slot.bytes) + kSlotAlignment - 1) / kSlotAlignment *
-           kSlotAlignment;
-  }
-  static size_t SlotsBytes(const Program& program) {
-    size_t total = 0;
-    for (const SlotInfo& slot : program.slots) total += SlotBytes(slot);
-    return total;
-  }
-
   // Every view the call passes (forward: q, kv, o, lse; backward also d_o, dq, dkv) against the
   // layouts of executor.h: lse fp32, the others fp32 or bf16.
   Status CheckViews(const CallTensors& t) const {
@@ -145,11 +135,8 @@ class Executor::Impl {
     if (workspace_ == nullptr) DCP_RETURN_IF_ERROR(AllocateWorkspace());
     program_ = &program;
     slots_.clear();
-    size_t offset = 0;
-    for (const SlotInfo& slot : program.slots) {
-      slots_.push_back(workspace_->data() + offset);
-      offset += SlotBytes(slot);
-    }
+    const SlotLayout& layout = &program == &forward() ? forward_layout_ : backward_layout_;
+    for (const int64_t offset : layout.offsets) slots_.push_back(workspace_->data() + offset);
     Status status = RunInstructions(program, t);
     profile_.total = SecondsSince(start);
     return status;
@@ -338,6 +325,7 @@ class Executor::Impl {
   std::vector<int64_t> local_offset_;  // per data block: first local token, -1 when not owned
   int64_t local_tokens_ = 0;
   size_t workspace_bytes_ = 0;
+  SlotLayout forward_layout_, backward_layout_;  // where each program's slots lie in workspace_
   std::unique_ptr<DeviceMemory> workspace_;
   ExecutionProfile profile_;
   // State of the running pass.

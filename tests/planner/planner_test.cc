@@ -400,8 +400,9 @@ TEST(PlanBatch, TuningKeepsPeakMemoryBalancedWithinItsSlack) {
       double fastest = std::numeric_limits<double>::infinity();
       double fastest_balanced = std::numeric_limits<double>::infinity();
       ASSERT_TRUE(planned->best_own.has_value());
-      // The two fastest of dcp's own unsplit candidates and the head-group splits had their
-      // divisions searched afterwards (the test below), which keeps a faster count spread worse.
+      // The two fastest of dcp's own unsplit candidates, the head-group splits and the candidates
+      // at the tightened tolerances had their divisions searched afterwards (the test below),
+      // which keeps a faster count spread worse.
       std::vector<const CandidateOutcome*> unsplit;
       for (const CandidateOutcome& c : planned->candidates) {
         if (c.own && c.error.empty() && !c.name.ends_with(" g2")) unsplit.push_back(&c);
@@ -414,8 +415,11 @@ TEST(PlanBatch, TuningKeepsPeakMemoryBalancedWithinItsSlack) {
         if (!c.error.empty()) continue;
         fastest = std::min(fastest, c.simulated_s);
         if (c.peak_imbalance <= bound) fastest_balanced = std::min(fastest_balanced, c.simulated_s);
-        const bool searched = c.name.ends_with(" g2") ||
-                              std::find(unsplit.begin(), unsplit.end(), &c) != unsplit.end();
+        const Tolerances tight = *PlanOptions{}.tuning.tightened;
+        const bool searched =
+            c.name.ends_with(" g2") ||
+            c.name.find(fmt::format(":{}/{}:", tight.compute, tight.inter)) != std::string::npos ||
+            std::find(unsplit.begin(), unsplit.end(), &c) != unsplit.end();
         if (c.own && c.peak_imbalance > bound && !searched) {
           EXPECT_NE(c.name.find(fmt::format(":{}", kMaxDivisions)), std::string::npos) << c.name;
         }

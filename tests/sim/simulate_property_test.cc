@@ -296,13 +296,7 @@ TEST(SimulatePlan, TraceSlicesNeverOverlapOnATrack) {
   }
 }
 
-int64_t SlotBytes(const Program& program) {
-  int64_t bytes = 0;
-  for (const SlotInfo& slot : program.slots) bytes += slot.bytes;
-  return bytes;
-}
-
-// Each device's "buffer bytes" counter holds its forward program's slots from 0, its backward
+// Each device's "buffer bytes" counter holds its forward program's workspace from 0, its backward
 // program's from the forward's end, and 0 from the backward's end.
 TEST(SimulatePlan, TraceCountsEachDevicesBufferBytesPerPass) {
   for (uint64_t seed = 0; seed < testing::RandomCases(20); ++seed) {
@@ -323,8 +317,8 @@ TEST(SimulatePlan, TraceCountsEachDevicesBufferBytesPerPass) {
     const auto nanos = [](double s) { return std::llround(s * 1e9); };
     for (int32_t d = 0; d < plan->topology.devices(); ++d) {
       const std::vector<std::pair<int64_t, int64_t>> expected = {
-          {0, SlotBytes(plan->forward[d])},
-          {nanos(report->forward.makespan_s), SlotBytes(plan->backward[d])},
+          {0, plan->forward[d].PeakBufferBytes()},
+          {nanos(report->forward.makespan_s), plan->backward[d].PeakBufferBytes()},
           {nanos(report->forward.makespan_s + report->backward.makespan_s), 0}};
       EXPECT_EQ(samples[d], expected) << "device " << d;
     }
