@@ -212,10 +212,11 @@ inline constexpr int64_t kSlotAlignment = 64;
 
 // Where the slots of a program lie in its workspace. A slot lives from its first reference to its
 // last: an input from before the first instruction, an output until after the last, a slot a
-// CommLaunch sends or receives until that launch's CommWait (the end when it has none). Slots of
-// the same capacity (rounded up to kSlotAlignment) share memory when their lives do not overlap:
-// taken in order of first use, a slot gets the lowest free place of its capacity, so the
-// workspace holds, per capacity, the most slots of it alive at once.
+// CommLaunch sends or receives until that launch's CommWait (the end when it has none). Slots
+// whose lives do not overlap may share memory. Two packings, slots taken in order of first use
+// with capacities rounded up to kSlotAlignment: numbered places per capacity (a slot takes the
+// lowest free place of its own capacity), and best fit (the smallest free byte range it fits, else
+// the top); the smaller workspace is kept. Neither holds less than the most bytes alive at once.
 struct SlotLayout {
   std::vector<int64_t> offsets;  // per slot, in bytes from the workspace's start
   int64_t bytes = 0;             // the workspace

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <algorithm>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -75,13 +76,20 @@ void BlockwiseAttention::AddTile(ComputeBlockId block, int32_t row, int32_t colu
 
 int64_t Program::PeakBufferBytes() const { return LayOutSlots(*this).bytes; }
 
-SlotLayout LayOutSlots(const Program& program) {
-  const int n_slots = static_cast<int>(program.slots.size());
+namespace {
+
+// A slot's life: the instructions from its first reference to its last (plan.h, LayOutSlots).
+struct Life {
+  int first = std::numeric_limits<int>::max();
+  int last = -1;
+};
+
+std::vector<Life> SlotLives(const Program& program) {
   const int end = static_cast<int>(program.instructions.size());
-  std::vector<int> first(n_slots, std::numeric_limits<int>::max()), last(n_slots, -1);
+  std::vector<Life> lives(program.slots.size());
   const auto touch = [&](SlotId s, int at) {
-    first[s] = std::min(first[s], at);
-    last[s] = std::max(last[s], at);
+    lives[s].first = std::min(lives[s].first, at);
+    lives[s].last = std::max(lives[s].last, at);
   };
   for (const Binding& b : program.inputs) touch(b.slot, -1);
   for (const Binding& b : program.outputs) touch(b.slot, end);
@@ -102,30 +110,30 @@ SlotLayout LayOutSlots(const Program& program) {
       touch(s, until);
     });
   }
-
-  for (SlotId s = 0; s < n_slots; ++s) {
-    if (first[s] > last[s]) first[s] = last[s] = -1;  // referred to nowhere: lives at the start
+  for (Life& life : lives) {
+    if (life.first > life.last) life = {-1, -1};  // referred to nowhere: lives at the start
   }
+  return lives;
+}
 
-  // Slots in order of first use; per capacity, the places that are free and those in use, by the
-  // instruction after which they free up.
-  std::vector<SlotId> order(n_slots);
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(),
-            [&](SlotId a, SlotId b) { return std::tie(first[a], a) < std::tie(first[b], b); });
+// Slots whose lives have ended by `first`, in the order they end.
+using Ending = std::priority_queue<std::tuple<int, int64_t, int64_t>,
+                                   std::vector<std::tuple<int, int64_t, int64_t>>, std::greater<>>;
+
+// Per capacity, numbered places: a slot takes the lowest free place of its capacity.
+SlotLayout ByCapacity(const Program& program, const std::vector<Life>& lives,
+                      const std::vector<SlotId>& order) {
   struct Places {
     std::set<int64_t> free;
-    std::priority_queue<std::pair<int, int64_t>, std::vector<std::pair<int, int64_t>>,
-                        std::greater<>>
-        busy;
+    Ending busy;  // (last, place, unused)
     int64_t count = 0;
   };
   std::map<int64_t, Places> by_capacity;
-  std::vector<int64_t> place(n_slots, 0);
+  std::vector<int64_t> place(lives.size(), 0);
   for (SlotId s : order) {
     Places& places = by_capacity[Aligned(program.slots[s].bytes)];
-    while (!places.busy.empty() && places.busy.top().first < first[s]) {
-      places.free.insert(places.busy.top().second);
+    while (!places.busy.empty() && std::get<0>(places.busy.top()) < lives[s].first) {
+      places.free.insert(std::get<1>(places.busy.top()));
       places.busy.pop();
     }
     if (places.free.empty()) {
@@ -134,20 +142,83 @@ SlotLayout LayOutSlots(const Program& program) {
       place[s] = *places.free.begin();
       places.free.erase(places.free.begin());
     }
-    places.busy.emplace(last[s], place[s]);
+    places.busy.emplace(lives[s].last, place[s], 0);
   }
-
-  SlotLayout layout{.offsets = std::vector<int64_t>(n_slots, 0), .bytes = 0};
+  SlotLayout layout{.offsets = std::vector<int64_t>(lives.size(), 0), .bytes = 0};
   std::map<int64_t, int64_t> base;  // capacity -> offset of its first place
   for (const auto& [capacity, places] : by_capacity) {
     base[capacity] = layout.bytes;
     layout.bytes += capacity * places.count;
   }
-  for (SlotId s = 0; s < n_slots; ++s) {
+  for (size_t s = 0; s < lives.size(); ++s) {
     const int64_t capacity = Aligned(program.slots[s].bytes);
     layout.offsets[s] = base[capacity] + place[s] * capacity;
   }
   return layout;
+}
+
+// Byte ranges: a slot takes the smallest free range it fits (the lowest of equals), else the top
+// of the workspace; ranges freed next to each other merge.
+SlotLayout BestFit(const Program& program, const std::vector<Life>& lives,
+                   const std::vector<SlotId>& order) {
+  SlotLayout layout{.offsets = std::vector<int64_t>(lives.size(), 0), .bytes = 0};
+  std::map<int64_t, int64_t> free;  // offset -> bytes
+  Ending busy;                      // (last, offset, bytes)
+  const auto release = [&free](int64_t offset, int64_t bytes) {
+    auto next = free.lower_bound(offset);
+    if (next != free.end() && next->first == offset + bytes) {
+      bytes += next->second;
+      next = free.erase(next);
+    }
+    if (next != free.begin() && std::prev(next)->first + std::prev(next)->second == offset) {
+      std::prev(next)->second += bytes;
+    } else {
+      free.emplace(offset, bytes);
+    }
+  };
+  for (SlotId s : order) {
+    while (!busy.empty() && std::get<0>(busy.top()) < lives[s].first) {
+      release(std::get<1>(busy.top()), std::get<2>(busy.top()));
+      busy.pop();
+    }
+    const int64_t bytes = Aligned(program.slots[s].bytes);
+    if (bytes == 0) continue;  // an empty slot needs no range
+    auto best = free.end();
+    for (auto it = free.begin(); it != free.end(); ++it) {
+      if (it->second >= bytes && (best == free.end() || it->second < best->second)) best = it;
+    }
+    if (best == free.end() && !free.empty() &&
+        std::prev(free.end())->first + std::prev(free.end())->second == layout.bytes) {
+      best = std::prev(free.end());  // the range at the top grows
+      layout.bytes = best->first + bytes;
+      best->second = bytes;
+    }
+    int64_t offset = layout.bytes;
+    if (best == free.end()) {
+      layout.bytes += bytes;
+    } else {
+      offset = best->first;
+      if (best->second > bytes) free.emplace(offset + bytes, best->second - bytes);
+      free.erase(best);
+    }
+    layout.offsets[s] = offset;
+    busy.emplace(lives[s].last, offset, bytes);
+  }
+  return layout;
+}
+
+}  // namespace
+
+SlotLayout LayOutSlots(const Program& program) {
+  const std::vector<Life> lives = SlotLives(program);
+  std::vector<SlotId> order(lives.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](SlotId a, SlotId b) {
+    return std::tie(lives[a].first, a) < std::tie(lives[b].first, b);
+  });
+  SlotLayout by_capacity = ByCapacity(program, lives, order);
+  SlotLayout best_fit = BestFit(program, lives, order);
+  return best_fit.bytes < by_capacity.bytes ? best_fit : by_capacity;
 }
 
 }  // namespace dcp

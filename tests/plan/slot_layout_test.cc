@@ -150,10 +150,12 @@ TEST(LayOutSlots, ReusesAPlaceOfTheSameCapacityOnlyOnceItsTenantIsDead) {
       CommWait{.id = 1},                                                                    // 5
   };
   const SlotLayout layout = LayOutSlots(program);
-  // Capacity 64: slot 4 alone; 128: slots 0 and 2 share a place, 3 needs a second (2 is alive at
-  // the copy that writes 3); 256: slot 1 alone. Places are laid out by capacity, smallest first.
-  EXPECT_EQ(layout.offsets, (std::vector<int64_t>{64, 64 + 2 * 128, 64, 64 + 128, 0}));
-  EXPECT_EQ(layout.bytes, 64 + 2 * 128 + 256);
+  // Places per capacity would take 64 (slot 4) + 2 x 128 (slots 0 and 2 share one, 3 needs
+  // another: 2 is alive at the copy that writes 3) + 256 (slot 1) = 576 bytes. Best fit, in order
+  // of first use: 0 at [0, 128), 4 at [128, 192); at instruction 0, 4 is dead and 1 takes its range
+  // grown to [128, 384); at 2, 0 is dead and 2 takes [0, 128); at 4 nothing is free: 3 at the top.
+  EXPECT_EQ(layout.offsets, (std::vector<int64_t>{0, 128, 0, 384, 128}));
+  EXPECT_EQ(layout.bytes, 512);
   ExpectSafeAndNoLargerThanSideBySide(program);
 }
 
