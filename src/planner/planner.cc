@@ -196,14 +196,22 @@ Status ScheduleAndCompile(const Batch& batch, const PlanOptions& options, int32_
 
 // A plan of dcp's own whose peak buffers are spread worse than the tuning allows gets more
 // divisions (each holds fewer remote blocks at once), doubling until they are spread well enough
-// or the count is at its maximum; the division count a caller pinned is kept.
+// or the count is at its maximum, as long as each doubling spreads them less (otherwise the plan
+// before it is kept: more divisions would cost time for nothing); the division count a caller
+// pinned is kept.
 Status SpreadPeaks(const Batch& batch, const PlanOptions& options, PlannedBatch* out) {
   if (options.divisions != 0) return Status::Ok();
-  while (Peaks(out->plan).second > options.tuning.max_peak_imbalance &&
-         out->plan.n_divisions < kMaxDivisions) {
+  double spread = Peaks(out->plan).second;
+  while (spread > options.tuning.max_peak_imbalance && out->plan.n_divisions < kMaxDivisions) {
+    Plan fewer = std::move(out->plan);
     DCP_RETURN_IF_ERROR(
-        ScheduleAndCompile(batch, options, std::min(2 * out->plan.n_divisions, kMaxDivisions),
-                           out));
+        ScheduleAndCompile(batch, options, std::min(2 * fewer.n_divisions, kMaxDivisions), out));
+    const double more = Peaks(out->plan).second;
+    if (more >= spread) {
+      out->plan = std::move(fewer);
+      break;
+    }
+    spread = more;
   }
   return Status::Ok();
 }
