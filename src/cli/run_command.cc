@@ -40,6 +40,7 @@
 #include "cli/planning.h"
 #include "dcp/baselines.h"
 #include "dcp/runtime.h"
+#include "util/random.h"
 
 namespace dcp::cli {
 namespace {
@@ -180,10 +181,7 @@ Status Dump(const std::string& dir, const Batch& batch, const BatchTensors& t, d
 // the seed, the tensor and the element's index in the packed batch, so each rank of an MPI run
 // makes just its own tokens' values and they agree with the whole batch's.
 float InputValue(uint64_t seed, uint64_t tensor, uint64_t index, DType dtype) {
-  uint64_t x = seed * 0x9e3779b97f4a7c15ull + tensor * 0xbf58476d1ce4e5b9ull + index;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;  // splitmix64's finaliser
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  x ^= x >> 31;
+  const uint64_t x = Mix64(seed * 0x9e3779b97f4a7c15ull + tensor * 0xbf58476d1ce4e5b9ull + index);
   const float u = static_cast<float>(x >> 40) / static_cast<float>(1 << 24) * 2.f - 1.f;
   return dtype == DType::kBFloat16 ? Bf16ToFloat(FloatToBf16(u)) : u;
 }

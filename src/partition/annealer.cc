@@ -3,9 +3,9 @@
 #include "partition/annealer.h"
 
 #include <cmath>
-#include <random>
 
 #include "partition/partition_state.h"
+#include "util/random.h"
 
 namespace dcp::internal {
 namespace {
@@ -83,7 +83,7 @@ int64_t Anneal(const Hypergraph& g, const std::vector<int32_t>& subset, int32_t 
   const double cooling =
       std::pow(options.end_heat / options.start_heat, 1.0 / static_cast<double>(options.steps));
 
-  std::mt19937_64 rng(options.seed);
+  SplitMix64 rng(options.seed);
   const auto uniform = [&rng] { return static_cast<double>(rng() >> 11) * 0x1.0p-53; };
   // A number in [0, bound): the high half of a 32-bit draw times bound (no division).
   const auto pick = [&rng](size_t bound) {
