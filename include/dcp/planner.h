@@ -92,9 +92,15 @@ struct TuningOptions {
   // pinned. Same tile bound as the splits.
   std::optional<double> close_call = 0.02;
   // Memory balance without a budget: the fastest candidate whose peak buffer bytes are spread
-  // within max_peak_imbalance (max/mean over devices) is chosen over a faster one spread worse,
-  // when it is at most `balance_slack` slower (0.1: 10%); beyond that, speed wins.
+  // within max_peak_imbalance (max/mean over devices) and whose largest device holds at most
+  // max_peak_share times its share of the batch (BatchShareBytes) is chosen over a faster one
+  // beyond either, when it is at most `balance_slack` slower (0.1: 10%); beyond that, speed wins.
+  // The share bound keeps a layout that holds far more everywhere from winning by a hair: on a
+  // 4M-token batch over 32x8, LoongTrain's layout held 41 shares (5.87 GiB) on its largest device
+  // and was 0.9% faster than TE's, which held 4.4 (bench/RESULTS.md). dcp's default plans on the
+  // bench's batches hold 1.6-3.5.
   double max_peak_imbalance = 1.5;
+  double max_peak_share = 8;
   double balance_slack = 0.1;
 
   // InvalidArgument naming the field.
@@ -183,7 +189,8 @@ struct CandidateOutcome {
   double simulated_s = 0;   // forward + backward on the cluster; 0 when it was not planned
   int64_t peak_bytes = 0;   // the largest device peak of buffer bytes
   double peak_imbalance = 0;  // max/mean of the devices' peaks
-  std::string error;        // why it was not planned (or was over the memory budget), or empty
+  double peak_share = 0;      // peak_bytes over BatchShareBytes
+  std::string error;          // why it was not planned (or was over the memory budget), or empty
   // Not planned because it could not have been chosen: its attention alone is slower on the
   // cluster model than a candidate of dcp's own (AttentionLowerBoundSeconds; `error` says by how
   // much).
@@ -211,5 +218,10 @@ Result<PlannedBatch> PlanBatch(const Batch& batch, const PlanOptions& options);
 
 // Peak buffer bytes of every device: the larger of its forward and backward programs'.
 std::vector<int64_t> PeakBufferBytesPerDevice(const Plan& plan);
+
+// One device's share of the batch's tensors of a backward pass: Q, K, V, O, dO, dQ, dK and dV in
+// the storage dtype and LSE and Delta in fp32, for every token, over `devices`. No plan holds less
+// on its largest device.
+int64_t BatchShareBytes(const Batch& batch, int32_t devices);
 
 }  // namespace dcp

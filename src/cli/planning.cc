@@ -205,6 +205,7 @@ nlohmann::json CandidatesJson(const PlannedBatch& planned) {
                    {"simulated_ms", c.simulated_s * 1e3},
                    {"peak_bytes", c.peak_bytes},
                    {"peak_imbalance", c.peak_imbalance},
+                   {"peak_share", c.peak_share},
                    {"error", c.error},
                    {"skipped", c.skipped}});
   }

@@ -44,6 +44,13 @@ ScheduleOptions SchedulerOptionsFor(const PlanOptions& options) {
       .inter_node_bytes_per_s = cluster.inter_node.bytes_per_s};
 }
 
+// A largest device peak of buffer bytes over the device's share of the batch (BatchShareBytes).
+double PeakShare(const Batch& batch, const PlanOptions& options, int64_t peak_bytes) {
+  return static_cast<double>(peak_bytes) /
+         static_cast<double>(
+             std::max<int64_t>(1, BatchShareBytes(batch, options.topology.devices())));
+}
+
 // The largest device peak of buffer bytes and max/mean of the peaks.
 std::pair<int64_t, double> Peaks(const Plan& plan) {
   const std::vector<int64_t> peak = PeakBufferBytesPerDevice(plan);
@@ -320,6 +327,12 @@ struct Tried {
 // Planned, whether or not its plan was released since.
 bool Planned(const Tried& t) { return t.planned && t.planned->ok(); }
 
+// Whether a candidate's peaks count as balanced in the choice (TuningOptions::max_peak_imbalance
+// and max_peak_share).
+bool MemoryBalanced(const CandidateOutcome& o, const TuningOptions& tuning) {
+  return o.peak_imbalance <= tuning.max_peak_imbalance && o.peak_share <= tuning.max_peak_share;
+}
+
 // A time that a candidate slower than it cannot win by (Choose): the least, over dcp's own planned
 // candidates, of the simulated time, times 1 + balance_slack for one whose peaks are spread beyond
 // the bound. A candidate slower than a balanced one is neither the fastest nor the fastest
@@ -330,8 +343,7 @@ double WinningBound(const std::vector<Tried>& tried, const TuningOptions& tuning
   double bound = std::numeric_limits<double>::infinity();
   for (const Tried& t : tried) {
     if (!Planned(t) || !t.outcome.own) continue;
-    const double slack =
-        t.outcome.peak_imbalance <= tuning.max_peak_imbalance ? 1 : 1 + tuning.balance_slack;
+    const double slack = MemoryBalanced(t.outcome, tuning) ? 1 : 1 + tuning.balance_slack;
     bound = std::min(bound, t.outcome.simulated_s * slack);
   }
   return bound;
@@ -379,6 +391,7 @@ Tried Try(const Batch& batch, const Candidate& candidate, const PlanOptions& opt
   if (planned.ok()) {
     t.outcome.name = planned->plan.origin;
     std::tie(t.outcome.peak_bytes, t.outcome.peak_imbalance) = Peaks(planned->plan);
+    t.outcome.peak_share = PeakShare(batch, options, t.outcome.peak_bytes);
     Status budget = CheckMemoryBudget(planned->plan, options.memory_budget_bytes);
     if (!budget.ok()) {
       t.over_budget = true;
@@ -431,10 +444,13 @@ void RefineDivisions(const Batch& batch, const PlanOptions& own, const PlanOptio
   refined.ms = best->ms;
   if (!ScheduleAndCompile(batch, search, 0, &refined).ok()) return;
   const auto [peak, spread] = Peaks(refined.plan);
+  const double share = PeakShare(batch, options, peak);
+  const TuningOptions& tuning = options.tuning;
   Result<SimReport> report = SimulatePlan(refined.plan, CostCluster(options));
   if (!report.ok() || report->total_s() >= best->simulated_s ||
       CheckMemoryBudget(refined.plan, options.memory_budget_bytes).ok() == false ||
-      (spread > options.tuning.max_peak_imbalance && spread > outcome->peak_imbalance)) {
+      (spread > tuning.max_peak_imbalance && spread > outcome->peak_imbalance) ||
+      (share > tuning.max_peak_share && share > outcome->peak_share)) {
     return;
   }
   refined.simulated_s = report->total_s();
@@ -443,6 +459,7 @@ void RefineDivisions(const Batch& batch, const PlanOptions& own, const PlanOptio
   outcome->simulated_s = best->simulated_s;
   outcome->peak_bytes = peak;
   outcome->peak_imbalance = spread;
+  outcome->peak_share = share;
 }
 
 // The fastest planned candidate and the fastest of those whose peaks are spread within the bound;
@@ -457,7 +474,7 @@ Fastest FindFastest(const std::vector<Tried>& tried, const TuningOptions& tuning
     const CandidateOutcome& o = tried[i].outcome;
     if (!Planned(tried[i]) || (own_only && !o.own)) continue;
     if (!f.fastest || o.simulated_s < tried[*f.fastest].outcome.simulated_s) f.fastest = i;
-    if (o.peak_imbalance <= tuning.max_peak_imbalance &&
+    if (MemoryBalanced(o, tuning) &&
         (!f.balanced || o.simulated_s < tried[*f.balanced].outcome.simulated_s)) {
       f.balanced = i;
     }
@@ -792,6 +809,12 @@ Status TuningOptions::Validate() const {
     return Status::InvalidArgument(
         fmt::format("PlanOptions.tuning.balance_slack {} must be >= 0", balance_slack));
   }
+  if (!(max_peak_share > 0)) {
+    return Status::InvalidArgument(fmt::format(
+        "PlanOptions.tuning.max_peak_share {} must be > 0 (a multiple of a device's share of the "
+        "batch)",
+        max_peak_share));
+  }
   if (!(max_peak_imbalance >= 1)) {
     return Status::InvalidArgument(fmt::format(
         "PlanOptions.tuning.max_peak_imbalance {} must be >= 1 (max/mean)", max_peak_imbalance));
@@ -853,6 +876,15 @@ PlanOptions SinglePassOptions(const Topology& topology, int64_t block_size) {
   options.tuning.tolerances.clear();
   options.tuning.other_strategies = false;
   return options;
+}
+
+int64_t BatchShareBytes(const Batch& batch, int32_t devices) {
+  const AttentionShape& s = batch.shape();
+  // Q, O, dO and dQ have a row per query head, K, V, dK and dV one per KV head.
+  const int64_t storage = BytesPerElement(s.dtype) * s.head_dim * (4 * s.heads + 4 * s.kv_heads);
+  const int64_t fp32 = BytesPerElement(DType::kFloat32) * 2 * s.heads;  // LSE and Delta
+  const int64_t bytes = batch.total_tokens() * (storage + fp32);
+  return devices > 0 ? (bytes + devices - 1) / devices : bytes;
 }
 
 std::vector<int64_t> PeakBufferBytesPerDevice(const Plan& plan) {

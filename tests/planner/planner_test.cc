@@ -454,6 +454,49 @@ TEST(PlanBatch, TuningKeepsPeakMemoryBalancedWithinItsSlack) {
   }
 }
 
+// A device's share of TestBatch on 8 devices, by hand: 13900 tokens, each with Q, O, dO, dQ (8
+// heads) and K, V, dK, dV (2 heads) of 64 bf16 elements, 2 x 64 x 40 = 5120 bytes, and LSE and
+// Delta in fp32, 4 x 2 x 8 = 64 bytes.
+TEST(PlanBatch, APlanHoldingMoreSharesThanAllowedCountsAsUnbalanced) {
+  const Batch batch = TestBatch();
+  const int64_t share = 13900 * (5120 + 64) / 8;
+  EXPECT_EQ(BatchShareBytes(batch, 8), share);
+  auto free = PlanBatch(batch, On2x4([](PlanOptions& o) { o.tuning.max_peak_share = 1e9; }));
+  ASSERT_TRUE(free.ok()) << free.status().ToString();
+  double chosen_share = 0;
+  for (const CandidateOutcome& c : free->candidates) {
+    if (!c.error.empty()) continue;
+    EXPECT_DOUBLE_EQ(c.peak_share, static_cast<double>(c.peak_bytes) / static_cast<double>(share));
+    if (c.name == free->plan.origin) chosen_share = c.peak_share;
+  }
+  ASSERT_GT(chosen_share, 1);  // no plan holds less than its share
+  // A bound just below the chosen plan's shares: the fastest candidate within both bounds is
+  // chosen when one is within the slack (here any), else the fastest.
+  const double bound = 0.999 * chosen_share;
+  auto bounded = PlanBatch(batch, On2x4([&](PlanOptions& o) {
+                             o.tuning.max_peak_share = bound;
+                             o.tuning.balance_slack = 10;
+                           }));
+  ASSERT_TRUE(bounded.ok()) << bounded.status().ToString();
+  const CandidateOutcome* fastest = nullptr;
+  const CandidateOutcome* balanced = nullptr;
+  for (const CandidateOutcome& c : bounded->candidates) {
+    if (!c.error.empty() || c.skipped) continue;
+    if (fastest == nullptr || c.simulated_s < fastest->simulated_s) fastest = &c;
+    if (c.peak_imbalance <= 1.5 && c.peak_share <= bound &&
+        (balanced == nullptr || c.simulated_s < balanced->simulated_s)) {
+      balanced = &c;
+    }
+  }
+  ASSERT_NE(fastest, nullptr);
+  EXPECT_EQ(bounded->plan.origin, (balanced != nullptr ? balanced : fastest)->name);
+  EXPECT_NE(bounded->plan.origin, free->plan.origin);
+  PlanOptions bad = On2x4([](PlanOptions& o) { o.tuning.max_peak_share = 0; });
+  const auto refused = PlanBatch(batch, bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("max_peak_share"), std::string::npos);
+}
+
 // Candidates use the scheduler's quick cost model; the winner of dcp's own then gets the division
 // count a simulation of every count picks (the plan a pinned pass with DivisionChoice::kSimulate
 // makes of the same block size and tolerances) when that is faster.
