@@ -334,10 +334,10 @@ bool MemoryBalanced(const CandidateOutcome& o, const TuningOptions& tuning) {
 }
 
 // A time that a candidate slower than it cannot win by (Choose): the least, over dcp's own planned
-// candidates, of the simulated time, times 1 + balance_slack for one whose peaks are spread beyond
-// the bound. A candidate slower than a balanced one is neither the fastest nor the fastest
-// balanced; one slower than 1 + slack times an unbalanced one is not the fastest and, as the
-// fastest balanced, would lose to the fastest of all, as would the next balanced one without it.
+// candidates, of the simulated time, times 1 + balance_slack for one not MemoryBalanced. A
+// candidate slower than a balanced one is neither the fastest nor the fastest balanced; one slower
+// than 1 + slack times an unbalanced one is not the fastest and, as the fastest balanced, would
+// lose to the fastest of all, as would the next balanced one without it.
 // Infinite when none was planned.
 double WinningBound(const std::vector<Tried>& tried, const TuningOptions& tuning) {
   double bound = std::numeric_limits<double>::infinity();
@@ -430,7 +430,8 @@ Status NoCandidate(const std::vector<Tried>& tried, const PlanOptions& options) 
 
 // The best plan of dcp's own, its division count searched by simulation
 // (DivisionChoice::kSimulate) when the candidates used the quick cost model: one candidate's
-// search instead of every candidate's. Kept when faster and no worse spread beyond the bound.
+// search instead of every candidate's. Kept when faster and, beyond either memory bound
+// (MemoryBalanced), no worse than before.
 void RefineDivisions(const Batch& batch, const PlanOptions& own, const PlanOptions& options,
                      int32_t threads, PlannedBatch* best, CandidateOutcome* outcome) {
   if (own.divisions != 0 || own.division_choice != DivisionChoice::kCostModel) return;
@@ -462,8 +463,8 @@ void RefineDivisions(const Batch& batch, const PlanOptions& own, const PlanOptio
   outcome->peak_share = share;
 }
 
-// The fastest planned candidate and the fastest of those whose peaks are spread within the bound;
-// ties go to the earlier candidate.
+// The fastest planned candidate and the fastest of those MemoryBalanced; ties go to the earlier
+// candidate.
 struct Fastest {
   std::optional<size_t> fastest, balanced;
 };
@@ -482,8 +483,8 @@ Fastest FindFastest(const std::vector<Tried>& tried, const TuningOptions& tuning
   return f;
 }
 
-// The fastest planned candidate, or the fastest of those whose peaks are spread within the bound
-// when it is within the slack of the fastest.
+// The fastest planned candidate, or the fastest of those MemoryBalanced when it is within the
+// slack of the fastest.
 std::optional<size_t> Choose(const std::vector<Tried>& tried, const TuningOptions& tuning,
                              bool own_only) {
   const Fastest f = FindFastest(tried, tuning, own_only);
@@ -582,8 +583,7 @@ std::optional<Candidate> Tightened(const Batch& batch, const Candidate& best, co
 // (one size when that is exact; at least one alignment), without those that cut the batch into
 // fewer blocks than there are devices (as BlockSizesToTry).
 std::vector<int64_t> CloseCallBlockSizes(const Batch& batch, const Topology& topology) {
-  int64_t tokens = 0;
-  for (int64_t length : batch.seqlens()) tokens += length;
+  const int64_t tokens = batch.total_tokens();
   const int64_t step = 2 * topology.devices() * kCloseCallBlockAlign;
   std::vector<int64_t> sizes;
   for (int64_t aligned : {tokens / step, (tokens + step - 1) / step}) {
