@@ -139,6 +139,11 @@ struct BlockSizeChoice {
   double memory_imbalance = 0;
 };
 
+// max/mean tokens per device after placing the batch's token blocks of `block_size` largest first
+// on the least loaded of `devices` devices (LPT). Sequence lengths and sizes must be positive.
+double GreedySpreadImbalance(const std::vector<int64_t>& seqlens, int64_t block_size,
+                             int64_t devices);
+
 // The largest power of two, not below min_block_size, whose token blocks a largest-first greedy
 // spread places on `devices` devices with max/mean tokens <= 1 + eps_memory. Starts from the
 // smallest power of two that holds the longest sequence.

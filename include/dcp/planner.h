@@ -54,8 +54,9 @@ inline constexpr int64_t kCloseCallBlockAlign = 128;
 // by the clock, so the same inputs give the same plan on every machine and thread count.
 struct TuningOptions {
   // Tried when PlanOptions::block_size is 0. Sizes that cut the batch into fewer blocks than
-  // there are devices are left out; when none is left (a small batch), the block-size heuristic
-  // picks one (ChooseBlockSize).
+  // there are devices are left out unless a largest-first spread of the blocks still holds
+  // max/mean tokens within 1 + partition.eps_memory (GreedySpreadImbalance); when none is left
+  // (a small batch), the block-size heuristic picks one (ChooseBlockSize).
   std::vector<int64_t> block_sizes = {1024, 2048, 4096};
   // Tried in order; empty: the one pair PlanOptions::partition holds (tolerances pinned).
   // (0.02, 0.1): tight inside nodes, looser across them; with it the default plans were 1.3%

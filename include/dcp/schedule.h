@@ -24,7 +24,8 @@ inline constexpr int32_t kMaxDivisions = 16;
 struct ScheduleOptions {
   // Number of divisions; 0 chooses per batch with the cost model below (1 to kMaxDivisions).
   int32_t divisions = 0;
-  // Cost model used only to choose the number of divisions. Defaults: an H100-class device and an
+  // Cost model used only to choose the number of divisions (both passes' FLOPs and bytes in one
+  // timeline: src/schedule/schedule_divisions.cc). Defaults: an H100-class device and an
   // 8-GPU node with NVSwitch (450 GB/s per direction per GPU) on a 400 Gbps network (50 GB/s per
   // node, shared by its devices).
   double device_flops = 400e12;           // sustained attention FLOP/s of one device

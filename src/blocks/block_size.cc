@@ -7,10 +7,7 @@
 #include "dcp/blocks.h"
 
 namespace dcp {
-namespace {
 
-// max/mean tokens per device after placing the token blocks largest first on the least loaded
-// device (LPT).
 double GreedySpreadImbalance(const std::vector<int64_t>& seqlens, int64_t block_size,
                              int64_t devices) {
   std::vector<int64_t> blocks;
@@ -33,8 +30,6 @@ double GreedySpreadImbalance(const std::vector<int64_t>& seqlens, int64_t block_
   }
   return static_cast<double>(max_load) * static_cast<double>(devices) / static_cast<double>(total);
 }
-
-}  // namespace
 
 Status BlockSizeOptions::Validate() const {
   if (devices < 1 || devices > 65536) {
