@@ -430,7 +430,12 @@ void ExpectDivisionsOfTheMemoryRule(const Batch& batch, const CandidateOutcome& 
                         &inter, &divisions),
             4)
       << c.name;
-  const auto plan_at = [&](int32_t n) {
+  struct Pinned {
+    int32_t divisions;
+    double seconds, spread;
+  };
+  // The candidate's plan with every value pinned, at n divisions (0: the cost model's count).
+  const auto pinned = [&](int32_t n) -> std::optional<Pinned> {
     auto planned = PlanBatch(batch, On2x4([&](PlanOptions& o) {
                                Pin(o, block);
                                o.partition.eps_compute = compute;
@@ -438,27 +443,20 @@ void ExpectDivisionsOfTheMemoryRule(const Batch& batch, const CandidateOutcome& 
                                o.divisions = n;
                              }));
     EXPECT_TRUE(planned.ok()) << planned.status().ToString();
-    return std::pair{SimulatedSeconds(planned->plan),
-                     MaxOverMean(PeakBufferBytesPerDevice(planned->plan))};
+    if (!planned.ok()) return std::nullopt;
+    return Pinned{planned->plan.n_divisions, SimulatedSeconds(planned->plan),
+                  MaxOverMean(PeakBufferBytesPerDevice(planned->plan))};
   };
-  int32_t n = 0;  // the cost model's count, read from its plan
-  {
-    auto first = PlanBatch(batch, On2x4([&](PlanOptions& o) {
-                             Pin(o, block);
-                             o.partition.eps_compute = compute;
-                             o.partition.eps_inter = inter;
-                           }));
-    ASSERT_TRUE(first.ok()) << first.status().ToString();
-    n = first->plan.n_divisions;
+  std::optional<Pinned> kept = pinned(0);
+  while (kept && kept->spread > bound && kept->divisions < kMaxDivisions) {
+    const std::optional<Pinned> more = pinned(std::min(2 * kept->divisions, kMaxDivisions));
+    if (!more || more->spread >= kept->spread || more->seconds > kept->seconds * (1 + slack)) {
+      break;
+    }
+    kept = more;
   }
-  auto [seconds, spread] = plan_at(n);
-  while (spread > bound && n < kMaxDivisions) {
-    const int32_t more = std::min(2 * n, kMaxDivisions);
-    const auto [more_seconds, more_spread] = plan_at(more);
-    if (more_spread >= spread || more_seconds > seconds * (1 + slack)) break;
-    std::tie(n, seconds, spread) = std::tuple{more, more_seconds, more_spread};
-  }
-  EXPECT_EQ(divisions, n) << c.name << " bound " << bound << " slack " << slack;
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_EQ(divisions, kept->divisions) << c.name << " bound " << bound << " slack " << slack;
 }
 
 // Memory stays balanced without a budget: a candidate of dcp's own whose device peaks are spread
