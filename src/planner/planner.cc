@@ -272,7 +272,7 @@ int64_t BlockCount(const Batch& batch, int64_t block_size) {
 // Whether blocks of `block_size` can be placed on the topology: every device gets one, or the
 // blocks still spread over the devices within the memory tolerance (a device or two short of a
 // block among many: LongAlign x4 seed 0, 124189 tokens in 31 blocks of 4096 on 32 devices, spread
-// 1.055, plans 1.10x faster than TE's layout where 2048 reaches 1.03x).
+// 1.055, plans in 12.02 ms, 1.096x TE's layout, where 2048 reaches 1.026x).
 bool BlocksFit(const Batch& batch, int64_t block_size, const PlanOptions& options) {
   const int64_t devices = options.topology.devices();
   return BlockCount(batch, block_size) >= devices ||
