@@ -316,12 +316,13 @@ def run_cell(cell: Cell, args, work: pathlib.Path) -> list[dict]:
 
     def dcp_own(label: str, extra: list[str], partition: pathlib.Path, simulate: list[str],
                 problem: list[str] = batch + tolerance):
-        """dcp's own partitioner on `problem` (the cell's by default): best partition_ms of
-        --repeats runs (it is deterministic for a seed); CPU is the whole `dcp place` process
-        (batch, blocking and evaluation included), an upper bound on the partitioner's."""
+        """dcp's own partitioner on `problem` (the cell's by default), on one thread: best
+        partition_ms of --repeats runs (it is deterministic for a seed); CPU is the whole `dcp
+        place` process (batch, blocking and evaluation included), an upper bound on the
+        partitioner's."""
         walls, cpus = [], []
         for _ in range(args.repeats):
-            placed, cpu = _dcp_json([args.dcp, "place", *problem, *extra,
+            placed, cpu = _dcp_json([args.dcp, "place", *problem, *extra, "--threads", "1",
                                      "--write-partition", str(partition), "--json"])
             walls.append(placed["partition_ms"])
             cpus.append(cpu * 1e3)

@@ -14,7 +14,6 @@
 #include <filesystem>
 #include <limits>
 #include <map>
-#include <thread>
 
 #include "cli/batch_args.h"
 #include "cli/commands.h"
@@ -111,7 +110,7 @@ Result<Best> RunStrategy(Strategy strategy, const Batch& batch, const Topology& 
     PlanOptions options;
     options.topology = topology;
     options.cluster = cluster;
-    options.threads = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+    options.threads = HardwareThreads();
     DCP_ASSIGN_OR_RETURN(PlannedBatch planned, PlanBatch(batch, options));
     std::string origin = planned.plan.origin;
     DCP_RETURN_IF_ERROR(Consider(best, std::move(planned.plan), cluster, model, std::move(origin)));

@@ -18,6 +18,7 @@ struct PlaceArgs {
   std::string export_hypergraph;
   std::string read_partition;
   std::string write_partition;
+  int32_t threads = 0;  // 0: one per core
   bool json = false;
 };
 
@@ -47,6 +48,7 @@ int Run(const BatchArgs& batch_args, const PlaceArgs& args) {
   if (!blocks.ok()) return ReportError(blocks.status());
   Result<PartitionOptions> options = BuildPartitionOptions(batch_args, args.placement);
   if (!options.ok()) return ReportError(options.status());
+  options->threads = args.threads == 0 ? HardwareThreads() : args.threads;
   const Hypergraph graph = BuildHypergraph(*blocks);
   if (!args.export_hypergraph.empty()) {
     std::string hgr;
@@ -124,6 +126,11 @@ CommandRunner AddPlaceCommand(CLI::App& app) {
   cmd->add_option("--write-partition", args->write_partition,
                   "Write the placement as a partition file (what --read-partition of place, plan, "
                   "simulate and run reads)");
+  cmd->add_option("--threads", args->threads,
+                  "Partitioner threads (0: one per core): the nodes' placements at once; the "
+                  "placement does not depend on it")
+      ->check(CLI::Range(0, PartitionOptions::kMaxThreads))
+      ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object");
   return [cmd, batch_args, args]() -> int {
     if (!cmd->parsed()) return 0;

@@ -12,6 +12,11 @@
 
 namespace dcp::cli {
 
+int32_t HardwareThreads() {
+  return static_cast<int32_t>(std::clamp(std::thread::hardware_concurrency(), 1u,
+                                         static_cast<unsigned>(PartitionOptions::kMaxThreads)));
+}
+
 void AddPlannerOptions(CLI::App& app, PlannerArgs& args) {
   app.add_option("--divisions", args.divisions,
                  "Divisions per pass: a number, 'auto' (the scheduler's cost model, for each "
@@ -25,6 +30,7 @@ void AddPlannerOptions(CLI::App& app, PlannerArgs& args) {
                  "Planner threads (0: one per core): the tuning's candidates at once, or, with "
                  "every value pinned, the nodes' placements and the devices' programs; the plan "
                  "does not depend on it")
+      ->check(CLI::Range(0, PartitionOptions::kMaxThreads))
       ->capture_default_str();
   app.add_option("--max-candidates", args.max_candidates,
                  "At most this many of dcp's own candidates (block sizes x tolerances) are "
@@ -129,9 +135,7 @@ Result<PlanOptions> PlanOptionsFromArgs(const BatchArgs& batch_args, const Place
   DCP_ASSIGN_OR_RETURN(options.partition, BuildPartitionOptions(batch_args, placement));
   if (placement.eps_compute || placement.eps_inter) options.tuning.tolerances.clear();
   DCP_RETURN_IF_ERROR(ParseDivisions(planner.divisions, &options));
-  options.threads = planner.threads > 0
-                        ? planner.threads
-                        : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  options.threads = planner.threads == 0 ? HardwareThreads() : planner.threads;
   options.tuning.max_candidates = planner.max_candidates;
   options.tuning.other_strategies = !planner.dcp_only;
   options.memory_budget_bytes = planner.memory_budget;

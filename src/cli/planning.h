@@ -40,6 +40,9 @@ Status CheckPartitionWithStrategy(const PlannerArgs& planner, Strategy strategy)
 Result<ClusterSpec> LoadCluster(const std::string& name);
 
 // The planner's options from the batch, placement and planner options.
+// The planner's threads when none are asked for: one per core (1 to PartitionOptions::kMaxThreads).
+int32_t HardwareThreads();
+
 Result<PlanOptions> PlanOptionsFromArgs(const BatchArgs& batch_args, const PlacementArgs& placement,
                                         const PlannerArgs& planner);
 

@@ -666,6 +666,26 @@ TEST(CliDevices, PlaceChoosesTheBlockSizeForTheTopologysDevices) {
   EXPECT_NE(run.out.find("topology 1x8: 8 data blocks"), std::string::npos) << run.out;
 }
 
+// `dcp place --threads` places the nodes on that many threads: the same placement on one and on
+// two (4x8: four second-level problems), and a count outside [0, 1024] is refused by name.
+TEST(CliPlace, PlacesAlikeOnAnyThreadCountAndRefusesABadOne) {
+  std::string placement;
+  for (const char* threads : {"1", "2"}) {
+    const CliRun run = RunDcp({"place", "--dataset", "ldc", "--seed", "3", "--mask", "lambda",
+                               "--topology", "4x8", "--threads", threads, "--json"});
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    nlohmann::json j = nlohmann::json::parse(run.out);
+    j.erase("partition_ms");
+    if (placement.empty()) placement = j.dump();
+    EXPECT_EQ(j.dump(), placement) << threads << " threads";
+  }
+  for (const char* threads : {"-1", "1025"}) {
+    const CliRun run = RunDcp({"place", "--seqlens", "4096", "--threads", threads});
+    EXPECT_NE(run.exit_code, 0);
+    EXPECT_NE(run.err.find("--threads"), std::string::npos) << run.err;
+  }
+}
+
 TEST(CliRun, RejectsAnUnavailableCommunicator) {
   const CliRun r = RunDcp({"run", "--seqlens", "100", "--comm", "mpi"});
   EXPECT_NE(r.exit_code, 0);
