@@ -667,7 +667,8 @@ TEST(CliDevices, PlaceChoosesTheBlockSizeForTheTopologysDevices) {
 }
 
 // `dcp place --threads` places the nodes on that many threads: the same placement on one and on
-// two (4x8: four second-level problems), and a count outside [0, 1024] is refused by name.
+// two (4x8: four second-level problems), and a count outside [0, 1024] is refused by name (as by
+// `dcp plan`, where a negative count used to mean all cores).
 TEST(CliPlace, PlacesAlikeOnAnyThreadCountAndRefusesABadOne) {
   std::string placement;
   for (const char* threads : {"1", "2"}) {
@@ -679,10 +680,12 @@ TEST(CliPlace, PlacesAlikeOnAnyThreadCountAndRefusesABadOne) {
     if (placement.empty()) placement = j.dump();
     EXPECT_EQ(j.dump(), placement) << threads << " threads";
   }
-  for (const char* threads : {"-1", "1025"}) {
-    const CliRun run = RunDcp({"place", "--seqlens", "4096", "--threads", threads});
-    EXPECT_NE(run.exit_code, 0);
-    EXPECT_NE(run.err.find("--threads"), std::string::npos) << run.err;
+  for (const char* command : {"place", "plan"}) {
+    for (const char* threads : {"-1", "1025"}) {
+      const CliRun run = RunDcp({command, "--seqlens", "4096", "--threads", threads});
+      EXPECT_NE(run.exit_code, 0) << command;
+      EXPECT_NE(run.err.find("--threads"), std::string::npos) << run.err;
+    }
   }
 }
 
