@@ -140,7 +140,8 @@ struct BlockSizeChoice {
 };
 
 // max/mean tokens per device after placing the batch's token blocks of `block_size` largest first
-// on the least loaded of `devices` devices (LPT). Sequence lengths and sizes must be positive.
+// on the least loaded of `devices` devices (LPT): O(blocks) time and memory. Infinity when there
+// are no devices, no tokens or block_size < 1; sequence lengths must be positive.
 double GreedySpreadImbalance(const std::vector<int64_t>& seqlens, int64_t block_size,
                              int64_t devices);
 

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <bit>
 #include <functional>
+#include <limits>
 #include <queue>
 
 #include "dcp/blocks.h"
@@ -10,6 +11,7 @@ namespace dcp {
 
 double GreedySpreadImbalance(const std::vector<int64_t>& seqlens, int64_t block_size,
                              int64_t devices) {
+  if (block_size < 1 || devices < 1) return std::numeric_limits<double>::infinity();
   std::vector<int64_t> blocks;
   int64_t total = 0;
   for (int64_t len : seqlens) {
@@ -18,6 +20,7 @@ double GreedySpreadImbalance(const std::vector<int64_t>& seqlens, int64_t block_
     }
     total += len;
   }
+  if (total == 0) return std::numeric_limits<double>::infinity();
   std::sort(blocks.begin(), blocks.end(), std::greater<>());
   std::priority_queue<int64_t, std::vector<int64_t>, std::greater<>> loads;
   for (int64_t d = 0; d < devices; ++d) loads.push(0);

@@ -39,10 +39,10 @@ Status CheckPartitionWithStrategy(const PlannerArgs& planner, Strategy strategy)
 // A preset name, or a JSON file in the format of docs/simulator.md.
 Result<ClusterSpec> LoadCluster(const std::string& name);
 
-// The planner's options from the batch, placement and planner options.
-// The planner's threads when none are asked for: one per core (1 to PartitionOptions::kMaxThreads).
+// Threads when none are asked for (--threads 0): one per core, 1 to PartitionOptions::kMaxThreads.
 int32_t HardwareThreads();
 
+// The planner's options from the batch, placement and planner options.
 Result<PlanOptions> PlanOptionsFromArgs(const BatchArgs& batch_args, const PlacementArgs& placement,
                                         const PlannerArgs& planner);
 

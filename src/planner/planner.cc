@@ -212,26 +212,28 @@ Status ScheduleAndCompile(const Batch& batch, const PlanOptions& options, int32_
 Status SpreadPeaks(const Batch& batch, const PlanOptions& options, PlannedBatch* out) {
   if (options.divisions != 0) return Status::Ok();
   const ClusterSpec cluster = CostCluster(options);
+  const auto seconds_of = [&](const Plan& plan) -> std::optional<double> {
+    Result<SimReport> report = SimulatePlan(plan, cluster);
+    return report.ok() ? std::optional<double>(report->total_s()) : std::nullopt;
+  };
   double spread = Peaks(out->plan).second;
-  std::optional<double> seconds;  // of out->plan, once a doubling needs it
+  std::optional<double> seconds;  // of out->plan, once a doubling is priced against it
   while (spread > options.tuning.max_peak_imbalance && out->plan.n_divisions < kMaxDivisions) {
-    if (!seconds) {
-      DCP_ASSIGN_OR_RETURN(const SimReport report, SimulatePlan(out->plan, cluster));
-      seconds = report.total_s();
-    }
     const bool over_budget = !CheckMemoryBudget(out->plan, options.memory_budget_bytes).ok();
+    if (!over_budget && !seconds && !(seconds = seconds_of(out->plan))) break;
     Plan fewer = std::move(out->plan);
     DCP_RETURN_IF_ERROR(
         ScheduleAndCompile(batch, options, std::min(2 * fewer.n_divisions, kMaxDivisions), out));
     const double more = Peaks(out->plan).second;
-    DCP_ASSIGN_OR_RETURN(const SimReport doubled, SimulatePlan(out->plan, cluster));
+    std::optional<double> more_seconds;
     if (more >= spread ||
-        (!over_budget && doubled.total_s() > *seconds * (1 + options.tuning.balance_slack))) {
+        (!over_budget && (!(more_seconds = seconds_of(out->plan)) ||
+                          *more_seconds > *seconds * (1 + options.tuning.balance_slack)))) {
       out->plan = std::move(fewer);
       break;
     }
     spread = more;
-    seconds = doubled.total_s();
+    seconds = more_seconds;
   }
   return Status::Ok();
 }
@@ -605,7 +607,8 @@ std::optional<Candidate> Tightened(const Batch& batch, const Candidate& best, co
 // The block sizes of a close call (TuningOptions::close_call): about two blocks per device, the
 // batch's tokens over twice the devices rounded down and up to a multiple of kCloseCallBlockAlign
 // (one size when that is exact; at least one alignment), without those that cut the batch into
-// fewer blocks than there are devices (as BlockSizesToTry).
+// fewer blocks than there are devices (two per device is the point; BlocksFit's looser rule is for
+// the listed sizes).
 std::vector<int64_t> CloseCallBlockSizes(const Batch& batch, const Topology& topology) {
   const int64_t tokens = batch.total_tokens();
   const int64_t step = 2 * topology.devices() * kCloseCallBlockAlign;

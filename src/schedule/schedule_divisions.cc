@@ -9,7 +9,7 @@
 // shortest on the slowest device, trying divisions of equal compute and divisions sized so that
 // each one's data moves while the previous one computes. The timeline is of both passes at once:
 // each tile's forward and backward FLOPs against its pieces' forward and backward bytes (the
-// backward moves twice the forward's bytes and more, and the same divisions hold them).
+// backward moves 1.5-2x the forward's bytes, and the same divisions hold them).
 #include <algorithm>
 #include <tuple>
 
@@ -404,7 +404,8 @@ class DivisionScheduler {
   std::vector<double> seconds_;        // per slot: Seconds(tile)
   std::vector<double> fetch_seconds_;  // per slot (FindFirstReads)
   std::vector<Use> first_reads_;     // per (piece, device) read remotely: its first slot reading it
-  std::vector<double> piece_bytes_;  // forward bytes of (data block, side): 2 * block + side
+  // forward + backward bytes of (data block, side): 2 * block + side
+  std::vector<double> piece_bytes_;
 };
 
 }  // namespace

@@ -115,6 +115,20 @@ TEST(ChooseBlockSize, SplitsOneLongSequenceIntoOneBlockPerDevice) {
   EXPECT_DOUBLE_EQ(c.memory_imbalance, 1.0);
 }
 
+// The spread the tuning's block sizes are held to: 9000 + 3000 tokens in blocks of 4096 are
+// 4096, 4096, 3000 and 808 on 3 devices; the 808 joins the 3000, so the largest load is 4096
+// against 12000 / 3 = 4000 on average. No device, no block size, no tokens: infinity, not a crash
+// or a hang.
+TEST(GreedySpreadImbalance, PlacesLargestFirstOnTheLeastLoadedDevice) {
+  EXPECT_DOUBLE_EQ(GreedySpreadImbalance({9000, 3000}, 4096, 3), 4096.0 / 4000);
+  EXPECT_DOUBLE_EQ(GreedySpreadImbalance({16384}, 2048, 8), 1.0);
+  EXPECT_DOUBLE_EQ(GreedySpreadImbalance({16384}, 4096, 8), 2.0);
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(GreedySpreadImbalance({1000}, 1024, 0), inf);
+  EXPECT_EQ(GreedySpreadImbalance({1000}, 0, 8), inf);
+  EXPECT_EQ(GreedySpreadImbalance({}, 1024, 8), inf);
+}
+
 TEST(ChooseBlockSize, KeepsWholeSequencesWhenTheyAlreadyBalance) {
   // Eight sequences of 1000 on 8 devices: one 1024-token block each.
   const BlockSizeChoice c = Choose(std::vector<int64_t>(8, 1000), BlockSizeOptions{.devices = 8});

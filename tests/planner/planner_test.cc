@@ -126,6 +126,7 @@ TEST(PlanBatch, TriesFewerBlocksThanDevicesWhenTheySpreadWithinTheMemoryToleranc
     auto batch = Batch::Create({tokens}, {*MaskSpec::Parse("causal")},
                                AttentionShape{.heads = 8, .kv_heads = 2, .head_dim = 64});
     EXPECT_TRUE(batch.ok()) << batch.status().ToString();
+    if (!batch.ok()) return false;
     auto planned = PlanBatch(*batch, On2x4([&](PlanOptions& o) {
       o.tuning.block_sizes = {1024, 2048};
       o.tuning.tolerances = {{0.1, 0.4}};
