@@ -83,12 +83,14 @@ struct TuningOptions {
   std::optional<Tolerances> tightened = Tolerances{.compute = 0.005, .inter = 0.005};
   // A close call: when another strategy's candidate is the fastest, or dcp's best own is less than
   // this fraction faster than it, dcp's own is planned again at the block sizes that cut the
-  // batch into about two blocks per device (its tokens over twice the devices, rounded down and up
-  // to a multiple of kCloseCallBlockAlign), with the tightened tolerances and the best own's head
-  // groups, the division count searched; they are listed among dcp's own, before the other
-  // strategies. On one or two long causal sequences a plan changes by up to about 20% from one
-  // block size to the next, and two blocks per device is where TE's layout balances such a batch
-  // exactly (bench/RESULTS.md: 29088 + 70759 tokens on 4x8, 10.17 -> 9.12 ms against TE's 9.69).
+  // batch into about two blocks per device and about one (its tokens over twice the devices and
+  // over the devices, rounded down and up to a multiple of kCloseCallBlockAlign), with the
+  // tightened tolerances and the best own's head groups, the division count searched; they are
+  // listed among dcp's own, before the other strategies. On one or two long causal sequences a
+  // plan changes by up to about 20% from one block size to the next; two blocks per device is
+  // where TE's layout balances such a batch exactly (bench/RESULTS.md: 29088 + 70759 tokens on
+  // 4x8, 10.17 -> 9.12 ms against TE's 9.69), and one sequence of 100787 tokens on 4x8 plans in
+  // 13.55 ms at one block per device (3200) against TE's 14.24 and 14.30 at two (1664).
   // Not tried when unset, when `tightened` is unset, or when the block size or the tolerances are
   // pinned. Same tile bound as the splits.
   std::optional<double> close_call = 0.02;

@@ -604,20 +604,25 @@ std::optional<Candidate> Tightened(const Batch& batch, const Candidate& best, co
   return AtTightened(best, blocks.block_size, options);
 }
 
-// The block sizes of a close call (TuningOptions::close_call): about two blocks per device, the
-// batch's tokens over twice the devices rounded down and up to a multiple of kCloseCallBlockAlign
-// (one size when that is exact; at least one alignment), without those that cut the batch into
-// fewer blocks than there are devices (two per device is the point; BlocksFit's looser rule is for
-// the listed sizes).
+// At most this many block sizes in a close call (CloseCallBlockSizes).
+constexpr int32_t kCloseCallSizes = 4;
+
+// The block sizes of a close call (TuningOptions::close_call): about two blocks per device, then
+// about one, the batch's tokens over twice the devices and over the devices, each rounded down and
+// up to a multiple of kCloseCallBlockAlign (one size when that is exact; at least one alignment),
+// without those that cut the batch into fewer blocks than there are devices (a block per device is
+// the point; BlocksFit's looser rule is for the listed sizes).
 std::vector<int64_t> CloseCallBlockSizes(const Batch& batch, const Topology& topology) {
   const int64_t tokens = batch.total_tokens();
-  const int64_t step = 2 * topology.devices() * kCloseCallBlockAlign;
   std::vector<int64_t> sizes;
-  for (int64_t aligned : {tokens / step, (tokens + step - 1) / step}) {
-    const int64_t size = std::max<int64_t>(1, aligned) * kCloseCallBlockAlign;
-    if (BlockCount(batch, size) >= topology.devices() &&
-        std::find(sizes.begin(), sizes.end(), size) == sizes.end()) {
-      sizes.push_back(size);
+  for (int64_t blocks_per_device : {2, 1}) {
+    const int64_t step = blocks_per_device * topology.devices() * kCloseCallBlockAlign;
+    for (int64_t aligned : {tokens / step, (tokens + step - 1) / step}) {
+      const int64_t size = std::max<int64_t>(1, aligned) * kCloseCallBlockAlign;
+      if (BlockCount(batch, size) >= topology.devices() &&
+          std::find(sizes.begin(), sizes.end(), size) == sizes.end()) {
+        sizes.push_back(size);
+      }
     }
   }
   return sizes;
@@ -679,8 +684,8 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
   // Then, in a close call, dcp's own at up to two more block sizes (not when the size is pinned).
   const bool close_calls =
       tighten && options.tuning.close_call.has_value() && options.block_size == 0;
-  const auto refinements =
-      2 * static_cast<int32_t>(head_groups.size()) + (tighten ? 2 : 0) + (close_calls ? 2 : 0);
+  const auto refinements = 2 * static_cast<int32_t>(head_groups.size()) + (tighten ? 2 : 0) +
+                           (close_calls ? kCloseCallSizes : 0);
   std::vector<Tried> tried(candidates.size());
   Stopwatch watch;
   const auto total = static_cast<int32_t>(candidates.size()) + refinements;
@@ -774,7 +779,8 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
     }
     best_own = Choose(tried, options.tuning, /*own_only=*/true);
   }
-  done = own + refinements - (close_calls ? 2 : 0);  // the refinements not made count as done
+  // The refinements not made count as done.
+  done = own + refinements - (close_calls ? kCloseCallSizes : 0);
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
   try_range(others, static_cast<int32_t>(candidates.size()), WinningBound(tried, options.tuning));
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
