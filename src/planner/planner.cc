@@ -208,34 +208,40 @@ Status ScheduleAndCompile(const Batch& batch, const PlanOptions& options, int32_
 // tuning pays for balance, TuningOptions::balance_slack); otherwise the plan before it is kept:
 // LongAlign x4 causal seed 0 in blocks of 4096 went from 10 divisions (spread 1.52, 12.6 ms) to
 // 16 (1.49, 15.4 ms). A plan over the memory budget doubles whatever it costs. The division count
-// a caller pinned is kept.
-Status SpreadPeaks(const Batch& batch, const PlanOptions& options, PlannedBatch* out) {
-  if (options.divisions != 0) return Status::Ok();
+// a caller pinned is kept. Returns what it learnt of the plan it keeps, so that it is not worked
+// out again (the peaks lay out every device's slots: 0.2 s per pass at 8M tokens).
+struct KeptPlan {
+  std::pair<int64_t, double> peaks;  // Peaks
+  std::optional<double> seconds;     // on the cluster model, when a doubling was priced
+};
+Result<KeptPlan> SpreadPeaks(const Batch& batch, const PlanOptions& options, PlannedBatch* out) {
+  std::pair<int64_t, double> peaks = Peaks(out->plan);
+  if (options.divisions != 0) return KeptPlan{.peaks = peaks, .seconds = std::nullopt};
   const ClusterSpec cluster = CostCluster(options);
   const auto seconds_of = [&](const Plan& plan) -> std::optional<double> {
     Result<SimReport> report = SimulatePlan(plan, cluster);
     return report.ok() ? std::optional<double>(report->total_s()) : std::nullopt;
   };
-  double spread = Peaks(out->plan).second;
   std::optional<double> seconds;  // of out->plan, once a doubling is priced against it
-  while (spread > options.tuning.max_peak_imbalance && out->plan.n_divisions < kMaxDivisions) {
+  while (peaks.second > options.tuning.max_peak_imbalance &&
+         out->plan.n_divisions < kMaxDivisions) {
     const bool over_budget = !CheckMemoryBudget(out->plan, options.memory_budget_bytes).ok();
     if (!over_budget && !seconds && !(seconds = seconds_of(out->plan))) break;
     Plan fewer = std::move(out->plan);
     DCP_RETURN_IF_ERROR(
         ScheduleAndCompile(batch, options, std::min(2 * fewer.n_divisions, kMaxDivisions), out));
-    const double more = Peaks(out->plan).second;
+    const std::pair<int64_t, double> more = Peaks(out->plan);
     std::optional<double> more_seconds;
-    if (more >= spread ||
+    if (more.second >= peaks.second ||
         (!over_budget && (!(more_seconds = seconds_of(out->plan)) ||
                           *more_seconds > *seconds * (1 + options.tuning.balance_slack)))) {
       out->plan = std::move(fewer);
       break;
     }
-    spread = more;
+    peaks = more;
     seconds = more_seconds;
   }
-  return Status::Ok();
+  return KeptPlan{.peaks = peaks, .seconds = seconds};
 }
 
 // Another strategy's laid-out plan (LayOutBaseline) compiled, with its placement priced like
@@ -401,10 +407,16 @@ Tried Try(const Batch& batch, const Candidate& candidate, const PlanOptions& opt
   Tried t;
   t.outcome.own = candidate.own.has_value();
   t.outcome.name = candidate.name;
+  std::optional<KeptPlan> kept;  // of dcp's own
   if (candidate.own) {
     t.planned = PlanOnce(batch, *candidate.own);
     if (t.planned->ok()) {
-      if (Status s = SpreadPeaks(batch, *candidate.own, &**t.planned); !s.ok()) t.planned = s;
+      Result<KeptPlan> spread = SpreadPeaks(batch, *candidate.own, &**t.planned);
+      if (spread.ok()) {
+        kept = *spread;
+      } else {
+        t.planned = spread.status();
+      }
     }
   } else {
     t.planned = PlanOther(batch, candidate, options, bound_s, &t.outcome.error);
@@ -416,12 +428,15 @@ Tried Try(const Batch& batch, const Candidate& candidate, const PlanOptions& opt
   Result<PlannedBatch>& planned = *t.planned;
   if (planned.ok()) {
     t.outcome.name = planned->plan.origin;
-    std::tie(t.outcome.peak_bytes, t.outcome.peak_imbalance) = Peaks(planned->plan);
+    std::tie(t.outcome.peak_bytes, t.outcome.peak_imbalance) =
+        kept ? kept->peaks : Peaks(planned->plan);
     t.outcome.peak_share = PeakShare(batch, options, t.outcome.peak_bytes);
     Status budget = CheckMemoryBudget(planned->plan, options.memory_budget_bytes);
     if (!budget.ok()) {
       t.over_budget = true;
       planned = std::move(budget);
+    } else if (kept && kept->seconds) {
+      t.outcome.simulated_s = planned->simulated_s = *kept->seconds;
     } else if (Result<SimReport> report = SimulatePlan(planned->plan, CostCluster(options));
                report.ok()) {
       t.outcome.simulated_s = planned->simulated_s = report->total_s();
