@@ -81,6 +81,12 @@ struct TuningOptions {
   // (111873 + 1611 tokens on 4x8: 17.93 -> 17.28 ms, faster than TE's 17.58). Unset: not tried
   // (nor when the tolerances are pinned). Same tile bound as the splits.
   std::optional<Tolerances> tightened = Tolerances{.compute = 0.005, .inter = 0.005};
+  // The best of dcp's own after those is placed again from this many other seeds
+  // (partition.seed + 1, + 2, ...), each searching its division count (same tile bound as the
+  // splits; 0: not tried). A placement is one walk of a seeded search, and its simulated time
+  // moves by several percent from one seed to the next where the bytes and balance barely do.
+  int32_t placement_restarts = 2;
+  static constexpr int32_t kMaxPlacementRestarts = 16;
   // A close call: when another strategy's candidate is the fastest, or dcp's best own is less than
   // this fraction faster than it, dcp's own is planned again at the block sizes that cut the
   // batch into about two blocks per device and about one (its tokens over twice the devices and

@@ -32,7 +32,7 @@ def test_plan_describes_its_batch_and_options(plan, batch):
     assert plan.block_size == 64 and plan.head_groups == 1
     assert plan.n_divisions >= 1
     assert plan.part_device is None
-    assert plan.origin == f"dcp 64:0.1/0.4:{plan.n_divisions}"  # one pinned pass
+    assert plan.origin == f"dcp 64:0.1/0.4:{plan.n_divisions} seed 3"  # one pinned pass
     assert plan.candidates == [] and plan.simulated_s == 0
     assert plan.planning_ms["total"] > 0
     assert set(plan.planning_ms) == {"blocking", "placement", "scheduling", "compile", "search",
@@ -107,14 +107,23 @@ def test_default_options_tune_among_candidates(batch):
     names = [c["name"] for c in tuned.candidates]
     own_names = [c["name"] for c in tuned.candidates if c["own"]]
     # 2 x 2 own, then the best and the runner-up each split into 2 head groups, then the fastest
-    # two of those planned again with tolerances (0.005, 0.005), once per block size (and, in a
-    # close call with another strategy, at most two more with them at two blocks per device)
-    assert names[:len(own_names)] == own_names and 7 <= len(own_names) <= 10
+    # two of those planned again with tolerances (0.005, 0.005), once per block size, then the
+    # best of all those placed again from seeds 1 and 2 (and, in a close call with another
+    # strategy, up to four more at about two blocks and one per device)
+    assert names[:len(own_names)] == own_names and 9 <= len(own_names) <= 14
     values = lambda name: name.rsplit(":", 1)[0]  # "dcp 64:0.1/0.4:2 g2" -> "dcp 64:0.1/0.4"
     for split in own_names[4:6]:
         assert split.endswith(" g2") and values(split) in map(values, own_names[:4])
     assert values(own_names[4]) != values(own_names[5])
-    tightened = own_names[6:]
+    restarts = [name for name in own_names if " seed " in name]
+    assert [name.rsplit(" seed ", 1)[1] for name in restarts] == ["1", "2"]
+    # "dcp 64:0.1/0.4:3 g2 seed 1" -> "dcp 64:0.1/0.4" and " g2": an earlier candidate's values
+    unseeded = [name.rsplit(" seed ", 1)[0] for name in restarts]
+    assert len({(values(n), n.endswith(" g2")) for n in unseeded}) == 1
+    assert (values(unseeded[0]), unseeded[0].endswith(" g2")) in {
+        (values(n), n.endswith(" g2")) for n in own_names[:own_names.index(restarts[0])]}
+    tightened = own_names[6:own_names.index(restarts[0])]
+    assert 1 <= len(tightened) <= 2
     assert all(name.split(":")[1].startswith("0.005/0.005") for name in tightened)
     assert len({(values(name), name.endswith(" g2")) for name in tightened}) == len(tightened)
     assert {"ring", "zigzag", "te"} <= set(names)

@@ -172,6 +172,9 @@ std::string HeadGroupsSuffix(int64_t head_groups) {
   return head_groups > 1 ? fmt::format(" g{}", head_groups) : std::string();
 }
 
+// What a plan's origin adds for a placement seed other than 0: " seed 2".
+std::string SeedSuffix(uint64_t seed) { return seed == 0 ? "" : fmt::format(" seed {}", seed); }
+
 // Schedules and compiles `out`'s placement with `divisions` (0: options.division_choice picks).
 Status ScheduleAndCompile(const Batch& batch, const PlanOptions& options, int32_t divisions,
                           PlannedBatch* out, const PlanningMonitor* reports) {
@@ -195,9 +198,10 @@ Status ScheduleAndCompile(const Batch& batch, const PlanOptions& options, int32_
   out->ms.compile += watch.Lap();
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
   ReportProgress(reports, "compile", 1, 1);
-  out->plan.origin = fmt::format("dcp {}:{}/{}:{}{}", out->blocks.block_size,
+  out->plan.origin = fmt::format("dcp {}:{}/{}:{}{}{}", out->blocks.block_size,
                                  options.partition.eps_compute, options.partition.eps_inter,
-                                 out->plan.n_divisions, HeadGroupsSuffix(options.head_groups));
+                                 out->plan.n_divisions, HeadGroupsSuffix(options.head_groups),
+                                 SeedSuffix(options.partition.seed));
   return Status::Ok();
 }
 
@@ -619,6 +623,14 @@ std::optional<Candidate> Tightened(const Batch& batch, const Candidate& best, co
   return AtTightened(best, blocks.block_size, options);
 }
 
+// Whether the best of dcp's own (planned, so not released) is placed again from other seeds
+// (TuningOptions::placement_restarts): when it has few enough tiles.
+bool RestartsBest(const Tried& best, const PlanOptions& options) {
+  return Planned(best) && !best.released &&
+         FewEnoughTilesToRefine(
+             static_cast<int64_t>((**best.planned).blocks.compute_blocks.size()), options);
+}
+
 // At most this many block sizes in a close call (CloseCallBlockSizes).
 constexpr int32_t kCloseCallSizes = 4;
 
@@ -699,8 +711,9 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
   // Then, in a close call, dcp's own at up to two more block sizes (not when the size is pinned).
   const bool close_calls =
       tighten && options.tuning.close_call.has_value() && options.block_size == 0;
+  const int32_t restarts = options.tuning.placement_restarts;
   const auto refinements = 2 * static_cast<int32_t>(head_groups.size()) + (tighten ? 2 : 0) +
-                           (close_calls ? kCloseCallSizes : 0);
+                           restarts + (close_calls ? kCloseCallSizes : 0);
   std::vector<Tried> tried(candidates.size());
   Stopwatch watch;
   const auto total = static_cast<int32_t>(candidates.size()) + refinements;
@@ -794,6 +807,20 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
     }
     best_own = Choose(tried, options.tuning, /*own_only=*/true);
   }
+  // The best of dcp's own placed again from other seeds, each searching its division count.
+  if (best_own && restarts > 0 && RestartsBest(tried[*best_own], options)) {
+    const Candidate best = candidates[*best_own];
+    for (int32_t r = 1; r <= restarts; ++r) {
+      DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
+      Candidate c = best;
+      c.own->partition.seed += static_cast<uint64_t>(r);
+      c.own->threads = options.threads;
+      c.name += SeedSuffix(c.own->partition.seed);
+      plan_own(std::move(c));
+      report_done();
+    }
+    best_own = Choose(tried, options.tuning, /*own_only=*/true);
+  }
   // The refinements not made count as done.
   done = own + refinements - (close_calls ? kCloseCallSizes : 0);
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
@@ -877,6 +904,11 @@ Status TuningOptions::Validate() const {
     return Status::InvalidArgument(
         fmt::format("PlanOptions.tuning.split_max_tiles_per_device {} must be >= 0",
                     split_max_tiles_per_device));
+  }
+  if (placement_restarts < 0 || placement_restarts > kMaxPlacementRestarts) {
+    return Status::InvalidArgument(
+        fmt::format("PlanOptions.tuning.placement_restarts {} must be in [0, {}]",
+                    placement_restarts, kMaxPlacementRestarts));
   }
   if (max_candidates < 1 || max_candidates > kMaxCandidates) {
     return Status::InvalidArgument(fmt::format(

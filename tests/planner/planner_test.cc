@@ -64,11 +64,12 @@ bool FasterThan(const CandidateOutcome& a, const CandidateOutcome& b) {
 // A candidate of dcp's own made by the tuning's refinements is the pinned pass with its values,
 // its division count searched: the same origin, head groups and simulated time.
 void ExpectThePinnedPass(const Batch& batch, const CandidateOutcome& candidate, int64_t block_size,
-                         Tolerances eps, int64_t head_groups = 1) {
+                         Tolerances eps, int64_t head_groups = 1, uint64_t seed = 0) {
   auto pinned = PlanBatch(batch, On2x4([&](PlanOptions& o) {
                             Pin(o, block_size);
                             o.partition.eps_compute = eps.compute;
                             o.partition.eps_inter = eps.inter;
+                            o.partition.seed = seed;
                             o.head_groups = head_groups;
                             o.division_choice = DivisionChoice::kSimulate;
                           }));
@@ -97,7 +98,7 @@ TEST(PlanBatch, IsThePipelineOfItsPhases) {
   auto schedule = ScheduleDivisions(*blocks, placed->placement, k2x4, scheduler);
   auto plan = CompilePlan(batch, *blocks, placed->placement, *schedule, k2x4);
   ASSERT_TRUE(plan.ok());
-  plan->origin = fmt::format("dcp 512:0.1/0.4:{}", plan->n_divisions);
+  plan->origin = fmt::format("dcp 512:0.1/0.4:{} seed 3", plan->n_divisions);
   EXPECT_EQ(planned->plan, *plan);
   EXPECT_TRUE(ValidatePlan(planned->plan).ok());
   EXPECT_TRUE(planned->candidates.empty());
@@ -160,6 +161,7 @@ TEST(PlanBatch, TuningKeepsTheFastestCandidateWhateverTheThreads) {
     o.tuning.tightened.reset();         // TuningTightensTheFastestTwoOwnCandidates
     o.tuning.max_peak_imbalance = 1e9;  // time alone decides (memory: the test below)
     o.tuning.head_groups = {};          // (head groups: a test of their own)
+    o.tuning.placement_restarts = 0;    // (restarts: a test of their own)
     o.division_choice = DivisionChoice::kSimulate;
   });
   std::vector<std::pair<std::string, double>> expected;  // in candidate order
@@ -239,6 +241,7 @@ TEST(PlanBatch, TuningTightensTheFastestTwoOwnCandidates) {
     o.tuning.block_sizes = {512, 1024};
     o.tuning.tolerances = {{0.05, 0.05}};
     o.tuning.head_groups = {};
+    o.tuning.placement_restarts = 0;
     o.tuning.other_strategies = false;
     o.tuning.max_peak_imbalance = 1e9;  // time alone decides
     o.tuning.tightened = Tolerances{.compute = 0.02, .inter = 0.01};
@@ -291,6 +294,67 @@ TEST(PlanBatch, TuningTightensTheFastestTwoOwnCandidates) {
   EXPECT_NE(bad.status().message().find("tightened"), std::string::npos) << bad.status().ToString();
 }
 
+// After the splits and the tightening, the best of dcp's own is placed again from the next
+// placement_restarts seeds: each is the pinned pass with its values and that seed, its division
+// count searched (" seed N" ends its name), listed among dcp's own, and wins when fastest. The
+// plan is the same on one thread and on three. None with no restarts or more tiles per device
+// than the refinements allow; a count out of range is named.
+TEST(PlanBatch, TuningPlacesTheBestOwnCandidateAgainFromOtherSeeds) {
+  const Batch batch = TestBatch();
+  PlanOptions options = On2x4([](PlanOptions& o) {
+    o.tuning.block_sizes = {512, 1024};
+    o.tuning.tolerances = {{0.1, 0.4}, {0.05, 0.05}};
+    o.tuning.head_groups = {};
+    o.tuning.tightened.reset();
+    o.tuning.other_strategies = false;
+    o.tuning.max_peak_imbalance = 1e9;  // time alone decides
+    o.tuning.placement_restarts = 2;
+    o.partition.seed = 5;
+    o.division_choice = DivisionChoice::kSimulate;
+  });
+  auto planned = PlanBatch(batch, options);
+  ASSERT_TRUE(planned.ok()) << planned.status().ToString();
+  ASSERT_EQ(planned->candidates.size(), 6u);
+  std::vector<CandidateOutcome> own(planned->candidates.begin(), planned->candidates.begin() + 4);
+  std::stable_sort(own.begin(), own.end(), FasterThan);
+  const std::string values = own[0].name.substr(0, own[0].name.rfind(':'));  // "dcp 512:0.1/0.4"
+  int64_t block = 0;
+  double compute = 0, inter = 0;
+  ASSERT_EQ(std::sscanf(values.c_str(), "dcp %ld:%lf/%lf", &block, &compute, &inter), 3);
+  EXPECT_TRUE(own[0].name.ends_with(" seed 5")) << own[0].name;
+  for (int r : {1, 2}) {
+    const CandidateOutcome& restart = planned->candidates[3 + r];
+    EXPECT_TRUE(restart.own);
+    EXPECT_TRUE(restart.name.starts_with(values + ":")) << restart.name;
+    EXPECT_TRUE(restart.name.ends_with(fmt::format(" seed {}", 5 + r))) << restart.name;
+    ExpectThePinnedPass(batch, restart, block, {.compute = compute, .inter = inter}, 1,
+                        static_cast<uint64_t>(5 + r));
+  }
+  const CandidateOutcome& fastest =
+      *std::min_element(planned->candidates.begin(), planned->candidates.end(), FasterThan);
+  EXPECT_EQ(planned->plan.origin, fastest.name);
+  options.threads = 3;
+  auto threaded = PlanBatch(batch, options);
+  ASSERT_TRUE(threaded.ok()) << threaded.status().ToString();
+  EXPECT_EQ(planned->plan, threaded->plan);
+  for (const auto& [restarts, max_tiles] :
+       {std::pair{0, int64_t{256}}, std::pair{2, int64_t{0}}}) {
+    options.tuning.placement_restarts = restarts;
+    options.tuning.split_max_tiles_per_device = max_tiles;
+    auto none = PlanBatch(batch, options);
+    ASSERT_TRUE(none.ok()) << none.status().ToString();
+    EXPECT_EQ(none->candidates.size(), 4u) << restarts << " " << max_tiles;
+  }
+  options.tuning.split_max_tiles_per_device = 256;
+  for (int32_t bad : {-1, TuningOptions::kMaxPlacementRestarts + 1}) {
+    options.tuning.placement_restarts = bad;
+    auto refused = PlanBatch(batch, options);
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.status().message().find("placement_restarts"), std::string::npos)
+        << refused.status().ToString();
+  }
+}
+
 // In a close call with another strategy, dcp's own is planned again at about two blocks per
 // device and about one: the batch's tokens over twice the devices and over the devices, rounded
 // down and up to a multiple of 128 (13900 tokens on 8 devices: 768 and 896, 1664 and 1792, each
@@ -313,6 +377,7 @@ TEST(PlanBatch, TuningTriesTwoBlocksAndOneBlockPerDeviceInACloseCall) {
     o.tuning.block_sizes = {512, 1024};
     o.tuning.tolerances = {{0.05, 0.05}};
     o.tuning.head_groups = {};
+    o.tuning.placement_restarts = 0;
     o.tuning.max_peak_imbalance = 1e9;  // time alone decides
     o.tuning.tightened = Tolerances{.compute = 0.02, .inter = 0.01};
     o.tuning.close_call = 1.0;  // every outcome is a close call
@@ -378,6 +443,7 @@ TEST(PlanBatch, TuningSplitsTheTwoBestOwnCandidatesIntoHeadGroups) {
     o.tuning.other_strategies = false;
     o.tuning.max_peak_imbalance = 1e9;  // time alone decides
     o.tuning.tightened.reset();         // TuningTightensTheFastestTwoOwnCandidates
+    o.tuning.placement_restarts = 0;    // TuningPlacesTheBestOwnCandidateAgainFromOtherSeeds
     o.division_choice = DivisionChoice::kSimulate;
   });
   auto planned = PlanBatch(batch, options);
@@ -481,12 +547,15 @@ TEST(PlanBatch, TuningKeepsPeakMemoryBalancedWithinItsSlack) {
       double fastest = std::numeric_limits<double>::infinity();
       double fastest_balanced = std::numeric_limits<double>::infinity();
       ASSERT_TRUE(planned->best_own.has_value());
-      // The two fastest of dcp's own unsplit candidates, the head-group splits and the candidates
-      // at the tightened tolerances had their divisions searched afterwards (the test below),
-      // which keeps a faster count spread worse.
+      // The two fastest of dcp's own unsplit candidates, the head-group splits, the candidates
+      // at the tightened tolerances and those placed from other seeds had their divisions
+      // searched afterwards (the test below), which keeps a faster count spread worse.
       std::vector<const CandidateOutcome*> unsplit;
       for (const CandidateOutcome& c : planned->candidates) {
-        if (c.own && c.error.empty() && !c.name.ends_with(" g2")) unsplit.push_back(&c);
+        if (c.own && c.error.empty() && !c.name.ends_with(" g2") &&
+            c.name.find(" seed ") == std::string::npos) {
+          unsplit.push_back(&c);
+        }
       }
       std::stable_sort(unsplit.begin(), unsplit.end(), [](const auto* a, const auto* b) {
         return a->simulated_s < b->simulated_s;
@@ -498,7 +567,7 @@ TEST(PlanBatch, TuningKeepsPeakMemoryBalancedWithinItsSlack) {
         if (c.peak_imbalance <= bound) fastest_balanced = std::min(fastest_balanced, c.simulated_s);
         const Tolerances tight = *PlanOptions{}.tuning.tightened;
         const bool searched =
-            c.name.ends_with(" g2") ||
+            c.name.ends_with(" g2") || c.name.find(" seed ") != std::string::npos ||
             c.name.find(fmt::format(":{}/{}:", tight.compute, tight.inter)) != std::string::npos ||
             std::find(unsplit.begin(), unsplit.end(), &c) != unsplit.end();
         if (c.own && !searched) ExpectDivisionsOfTheMemoryRule(batch, c, bound, slack);
@@ -759,11 +828,12 @@ TEST(PlanBatch, TunedCandidatesShareThePlanningMemory) {
 // smallest peak it saw.
 TEST(PlanBatch, TuningSkipsCandidatesAboveTheMemoryBudget) {
   const Batch batch = TestBatch();
-  // (Head groups and tightening pinned: the candidates split into head groups or tightened are
-  // made only from a planned one.)
+  // (Head groups, tightening and restarts pinned: the candidates split into head groups,
+  // tightened or placed from other seeds are made only from a planned one.)
   auto unbounded = PlanBatch(batch, On2x4([](PlanOptions& o) {
                                o.tuning.head_groups = {};
                                o.tuning.tightened.reset();
+                               o.tuning.placement_restarts = 0;
                              }));
   ASSERT_TRUE(unbounded.ok()) << unbounded.status().ToString();
   int64_t smallest = std::numeric_limits<int64_t>::max(), largest = 0;
@@ -778,6 +848,7 @@ TEST(PlanBatch, TuningSkipsCandidatesAboveTheMemoryBudget) {
                              o.memory_budget_bytes = budget;
                              o.tuning.head_groups = {};
                              o.tuning.tightened.reset();
+                             o.tuning.placement_restarts = 0;
                            }));
   ASSERT_TRUE(bounded.ok()) << bounded.status().ToString();
   const std::vector<int64_t> peak = PeakBufferBytesPerDevice(bounded->plan);
@@ -791,6 +862,7 @@ TEST(PlanBatch, TuningSkipsCandidatesAboveTheMemoryBudget) {
                           o.memory_budget_bytes = smallest - 1;
                           o.tuning.head_groups = {};
                           o.tuning.tightened.reset();
+                          o.tuning.placement_restarts = 0;
                         }));
   ASSERT_EQ(none.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(none.status().message().find(fmt::format("the smallest peak among the {} candidates "
