@@ -692,11 +692,12 @@ std::optional<Candidate> AtCloseCallBlockSize(const Batch& batch, const Candidat
 
 // Plans every candidate on `threads` threads and keeps the fastest on the cluster model: dcp's
 // own first; then the best of them and the runner-up get their division counts searched and are
-// planned again split into head groups (HeadGroupsToTry), and the fastest two tightened; then the
-// other strategies, each skipped when its layout's attention alone is slower than the own ones'
-// WinningBound (so the choice is the one planning every candidate would make: 128K tokens on 4x8
-// skip TE, zigzag and LoongTrain on most batches, the costliest to compile, as they cut every
-// sequence into 2 x devices chunks); then, in a close call, dcp's own at two blocks per device.
+// planned again split into head groups (HeadGroupsToTry), the fastest two tightened and the best
+// placed again from other seeds (TuningOptions::placement_restarts); then the other strategies,
+// each skipped when its layout's attention alone is slower than the own ones' WinningBound (so
+// the choice is the one planning every candidate would make: 128K tokens on 4x8 skip TE, zigzag
+// and LoongTrain on most batches, the costliest to compile, as they cut every sequence into 2 x
+// devices chunks); then, in a close call, dcp's own at two blocks per device.
 // Each stage's candidates are independent and the winner is chosen in candidate order, so the
 // result does not depend on the thread count.
 Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
