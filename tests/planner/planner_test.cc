@@ -38,6 +38,23 @@ PlanOptions On2x4(Set&& set) {
   return options;
 }
 
+// Options on 2x4 for a test of one of the tuning's refinements: dcp's own candidates at blocks of
+// 512 and 1024, every refinement off (head groups, tightening, restarts), no other strategies,
+// time alone deciding, division counts searched; then `set` turns on what the test is about.
+template <typename Set>
+PlanOptions RefinementOn2x4(Set&& set) {
+  return On2x4([&](PlanOptions& o) {
+    o.tuning.block_sizes = {512, 1024};
+    o.tuning.head_groups = {};
+    o.tuning.tightened.reset();
+    o.tuning.placement_restarts = 0;
+    o.tuning.other_strategies = false;
+    o.tuning.max_peak_imbalance = 1e9;  // time alone decides
+    o.division_choice = DivisionChoice::kSimulate;
+    set(o);
+  });
+}
+
 // Every value pinned: one pass of dcp's pipeline, no candidates.
 void Pin(PlanOptions& o, int64_t block_size) {
   const Topology topology = o.topology;
@@ -237,15 +254,9 @@ TEST(PlanBatch, TuningKeepsTheFastestCandidateWhateverTheThreads) {
 // candidate's own, unset, or the tolerances pinned.
 TEST(PlanBatch, TuningTightensTheFastestTwoOwnCandidates) {
   const Batch batch = TestBatch();
-  PlanOptions options = On2x4([](PlanOptions& o) {
-    o.tuning.block_sizes = {512, 1024};
+  PlanOptions options = RefinementOn2x4([](PlanOptions& o) {
     o.tuning.tolerances = {{0.05, 0.05}};
-    o.tuning.head_groups = {};
-    o.tuning.placement_restarts = 0;
-    o.tuning.other_strategies = false;
-    o.tuning.max_peak_imbalance = 1e9;  // time alone decides
     o.tuning.tightened = Tolerances{.compute = 0.02, .inter = 0.01};
-    o.division_choice = DivisionChoice::kSimulate;
   });
   auto planned = PlanBatch(batch, options);
   ASSERT_TRUE(planned.ok()) << planned.status().ToString();
@@ -301,16 +312,10 @@ TEST(PlanBatch, TuningTightensTheFastestTwoOwnCandidates) {
 // than the refinements allow; a count out of range is named.
 TEST(PlanBatch, TuningPlacesTheBestOwnCandidateAgainFromOtherSeeds) {
   const Batch batch = TestBatch();
-  PlanOptions options = On2x4([](PlanOptions& o) {
-    o.tuning.block_sizes = {512, 1024};
+  PlanOptions options = RefinementOn2x4([](PlanOptions& o) {
     o.tuning.tolerances = {{0.1, 0.4}, {0.05, 0.05}};
-    o.tuning.head_groups = {};
-    o.tuning.tightened.reset();
-    o.tuning.other_strategies = false;
-    o.tuning.max_peak_imbalance = 1e9;  // time alone decides
     o.tuning.placement_restarts = 2;
     o.partition.seed = 5;
-    o.division_choice = DivisionChoice::kSimulate;
   });
   auto planned = PlanBatch(batch, options);
   ASSERT_TRUE(planned.ok()) << planned.status().ToString();
@@ -373,15 +378,11 @@ TEST(PlanBatch, TuningTriesTwoBlocksAndOneBlockPerDeviceInACloseCall) {
     sizes.push_back(static_cast<int64_t>(std::ceil(per_block)) * 128);
   }
   ASSERT_EQ(sizes, (std::vector<int64_t>{768, 896, 1664, 1792}));
-  PlanOptions options = On2x4([](PlanOptions& o) {
-    o.tuning.block_sizes = {512, 1024};
+  PlanOptions options = RefinementOn2x4([](PlanOptions& o) {
     o.tuning.tolerances = {{0.05, 0.05}};
-    o.tuning.head_groups = {};
-    o.tuning.placement_restarts = 0;
-    o.tuning.max_peak_imbalance = 1e9;  // time alone decides
+    o.tuning.other_strategies = true;  // a close call is with another strategy
     o.tuning.tightened = Tolerances{.compute = 0.02, .inter = 0.01};
     o.tuning.close_call = 1.0;  // every outcome is a close call
-    o.division_choice = DivisionChoice::kSimulate;
   });
   auto planned = PlanBatch(batch, options);
   ASSERT_TRUE(planned.ok()) << planned.status().ToString();
@@ -437,14 +438,9 @@ TEST(PlanBatch, TuningTriesTwoBlocksAndOneBlockPerDeviceInACloseCall) {
 
 TEST(PlanBatch, TuningSplitsTheTwoBestOwnCandidatesIntoHeadGroups) {
   const Batch batch = TestBatch();  // 2 KV heads
-  PlanOptions options = On2x4([](PlanOptions& o) {
-    o.tuning.block_sizes = {512, 1024};
+  PlanOptions options = RefinementOn2x4([](PlanOptions& o) {
     o.tuning.tolerances = {{0.1, 0.4}, {0.02, 0.02}};
-    o.tuning.other_strategies = false;
-    o.tuning.max_peak_imbalance = 1e9;  // time alone decides
-    o.tuning.tightened.reset();         // TuningTightensTheFastestTwoOwnCandidates
-    o.tuning.placement_restarts = 0;    // TuningPlacesTheBestOwnCandidateAgainFromOtherSeeds
-    o.division_choice = DivisionChoice::kSimulate;
+    o.tuning.head_groups = {2};
   });
   auto planned = PlanBatch(batch, options);
   ASSERT_TRUE(planned.ok()) << planned.status().ToString();
