@@ -107,7 +107,8 @@ bool KwayEngine::FmPass() {
       heap.push({now, v});
       continue;
     }
-    moves.emplace_back(v, state_.part(v));
+    const int32_t from = state_.part(v);
+    moves.emplace_back(v, from);
     state_.Move(v, to);
     locked[v] = 1;
     if (state_.connectivity() < best) {
@@ -117,12 +118,17 @@ bool KwayEngine::FmPass() {
     } else {
       ++since_best;
     }
+    // Only the gains the move raised are pushed again: every pin's move to `to` when the net has
+    // just reached it, and the move out of the net's last pin on `from`. A gain it lowered is
+    // found stale when popped (above) and pushed back at its value.
     for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
       const int32_t n = g_.incident[i];
       if (g_.net_begin[n + 1] - g_.net_begin[n] > kFmNeighbourNetSize) continue;
+      const bool reached = state_.pins(n, to) == 1;
+      if (!reached && state_.pins(n, from) != 1) continue;
       for (int32_t j = g_.net_begin[n]; j < g_.net_begin[n + 1]; ++j) {
         const int32_t u = g_.pins[j];
-        if (locked[u] || !in_subset_[u]) continue;
+        if (locked[u] || !in_subset_[u] || (!reached && state_.part(u) != from)) continue;
         const int64_t g = BestMove(u, &candidates, &to);
         if (to >= 0) heap.push({g, u});
       }
