@@ -146,15 +146,18 @@ class PartitionState {
     int32_t i = g_.vertex_begin[v], j = g_.vertex_begin[u];
     const int32_t i_end = g_.vertex_begin[v + 1], j_end = g_.vertex_begin[u + 1];
     int64_t delta = 0;
-    // Without branches on the order of a and b (unpredictable): both sides are priced, each
-    // counted only when its net is the smaller, and the side or sides holding the smaller net
-    // advance.
     while (i < i_end && j < j_end) {
       const int32_t a = g_.incident[i], b = g_.incident[j];
-      const int64_t from_v = alone(a, p, q), from_u = alone(b, q, p);
-      delta += (a < b ? from_v : 0) + (b < a ? from_u : 0);
-      i += a <= b;
-      j += b <= a;
+      if (a == b) {
+        ++i;
+        ++j;
+      } else if (a < b) {
+        delta += alone(a, p, q);
+        ++i;
+      } else {
+        delta += alone(b, q, p);
+        ++j;
+      }
     }
     for (; i < i_end; ++i) delta += alone(g_.incident[i], p, q);
     for (; j < j_end; ++j) delta += alone(g_.incident[j], q, p);
