@@ -351,9 +351,13 @@ void KwayEngine::Repair() {
         continue;
       }
       MoveVertex(m.v, m.to);
+      // The move made the moves of its neighbours on `over` to m.to cheaper only where the net
+      // has just reached m.to, or has one pin left on `over` (that pin). Elsewhere their offers
+      // in the heap still hold.
       for (int32_t i = g_.vertex_begin[m.v]; i < g_.vertex_begin[m.v + 1]; ++i) {
         const int32_t n = g_.incident[i];
         if (g_.net_begin[n + 1] - g_.net_begin[n] > kFmNeighbourNetSize) continue;
+        if (state_.pins(n, m.to) != 1 && state_.pins(n, over) != 1) continue;
         for (int32_t j = g_.net_begin[n]; j < g_.net_begin[n + 1]; ++j) {
           const int32_t u = g_.pins[j];
           if (state_.part(u) == over && in_subset_[u] && weight[u] != 0) offer(u, m.to);
