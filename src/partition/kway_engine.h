@@ -54,10 +54,9 @@ class KwayEngine {
   void GeometricPlacement(double stretch_factor);
   void PlaceData(const std::vector<int32_t>& data);
   void ContiguousPlacement();
-  void BuildUnits(std::vector<Unit>* whole_units, std::vector<std::vector<Unit>>* rows_of) const;
+  std::vector<Unit> GreedyUnits() const;
   void PlaceLeastLoaded(std::vector<Unit> units);
   void GreedyPlacement();
-  void StripePlacement();
 
   // --- Refinement (kway_refine.cc) ---
   bool RefineRound();
