@@ -111,10 +111,14 @@ void TileSlices(const Mask& mask, const DataBlock& q, const DataBlock& kv,
 }
 
 // The tensors that travel for one side of a tile, in the order they are packed.
-std::vector<TensorKind> SideTensors(Pass pass, Side side) {
-  if (side == Side::kColumn) return {TensorKind::kKV};
-  if (pass == Pass::kForward) return {TensorKind::kQ};
-  return {TensorKind::kQ, TensorKind::kDO, TensorKind::kLse, TensorKind::kDelta};
+std::span<const TensorKind> SideTensors(Pass pass, Side side) {
+  static constexpr TensorKind kColumn[] = {TensorKind::kKV};
+  static constexpr TensorKind kForwardRow[] = {TensorKind::kQ};
+  static constexpr TensorKind kBackwardRow[] = {TensorKind::kQ, TensorKind::kDO, TensorKind::kLse,
+                                                TensorKind::kDelta};
+  if (side == Side::kColumn) return kColumn;
+  if (pass == Pass::kForward) return kForwardRow;
+  return kBackwardRow;
 }
 
 class Compiler {
