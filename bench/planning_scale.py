@@ -5,13 +5,16 @@
 plan quality, on 1 and on 2 threads (the placement, and so the plan, is the same on any thread
 count: the script checks that the plan files are byte-identical).
 
+A pass planned in under a second is run --repeats times (default 5) and its median run reported:
+one run of a 20 ms pass moves by a third from run to run on a shared machine.
+
 Every value is pinned (block size, tolerances 0.1/0.4 or --eps, the cost-model division count, no
 other strategies), as the issue's targets are for one pass; the default plan's tuning runs several such
 passes on the threads at once. Batches: `--dataset ldc --seed 1 --mask causal`, whose LDC-like
 lengths grow with --scale.
 
     bench/planning_scale.py --dcp build/dcp [--quick | --max-tokens N] [--threads 1 2]
-                            [--eps COMPUTE INTER] > table.md
+                            [--eps COMPUTE INTER] [--repeats N] > table.md
 
 Standard library only; prints a markdown table (and the commands) to stdout, progress to stderr.
 """
@@ -67,6 +70,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dcp", default="build/dcp", help="the dcp binary")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="runs of a pass planned in under a second, of which the median is "
+                             "reported (default 5)")
     parser.add_argument("--quick", action="store_true", help="only batches up to 1M tokens")
     parser.add_argument("--max-tokens", type=int, default=None, help="only batches up to this")
     parser.add_argument("--eps", type=float, nargs=2, default=[0.1, 0.4],
@@ -84,8 +90,14 @@ def main():
                 out = os.path.join(scratch, f"{tokens}-{threads}.plan")
                 print(f"planning_scale: {tokens} tokens on {topology}, {threads} thread(s)",
                       file=sys.stderr, flush=True)
-                j, wall, rss, cpu, command = plan(args.dcp, tokens, scale, topology, block,
-                                                  threads, args.eps, out)
+                runs = [plan(args.dcp, tokens, scale, topology, block, threads, args.eps, out)]
+                # A pass under a second is timed again: the median of --repeats runs (plans are
+                # deterministic, so every run writes the same plan).
+                while runs[0][0]["planning_ms"]["total"] < 1000 and len(runs) < args.repeats:
+                    runs.append(plan(args.dcp, tokens, scale, topology, block, threads, args.eps,
+                                     out))
+                runs.sort(key=lambda run: run[0]["planning_ms"]["total"])
+                j, wall, rss, cpu, command = runs[len(runs) // 2]
                 plans[threads] = digest(out)
                 rows.append(dict(tokens=tokens, topology=topology, block=block, threads=threads,
                                  tiles=j["compute_blocks"], ms=j["planning_ms"], wall=wall,
