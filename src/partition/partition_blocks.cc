@@ -119,12 +119,13 @@ std::vector<int32_t> PackLargestFirst(const internal::KwayProblem& problem) {
 // found (rows too big for the parts, as at high k). *km1 gets its km1 (exact on `g`: row nets
 // stay on one part and the row hypergraph's merged column nets weigh what they merge).
 std::vector<int32_t> SolveWholeRows(const internal::KwayProblem& problem, int64_t* km1) {
-  // Annealing steps are kAnnealSteps * n^1.5 for n row vertices: the 64 rows of the reference
-  // instance S then take ~2 ms, and the 320 of M at k=8 get ~2x more steps per row, which larger
-  // instances need to settle (half that leaves M ~4% worse on average over seeds). Beyond
+  // Annealing steps are kAnnealSteps * n^1.5 for n row vertices: larger instances need more steps
+  // per row to settle. 64 were needed while swaps paired a vertex with one drawn from all parts;
+  // with swaps among neighbouring parts (annealer.cc), 40 left km1 0.993x and inter-node bytes
+  // 0.93x over 576 placements (4x8, 16x8) in 0.82x the placement time. Beyond
   // kAnnealRowsLinear rows (a 1M-token batch in blocks of 1024) the steps grow linearly, so that
   // planning time stays near-linear in the batch.
-  constexpr double kAnnealSteps = 64;
+  constexpr double kAnnealSteps = 40;
   constexpr double kAnnealRowsLinear = 1024;
   // Larger subsets anneal runs of rows instead, about kRowVerticesPerPart per part (within
   // [kMinRowVertices, kMaxRowVertices]): a step costs the degree of its vertex, which grows with

@@ -658,6 +658,35 @@ TEST(Anneal, FindsThePlacementThatMovesNothing) {
   EXPECT_EQ(km1, 0);
 }
 
+// Four equal sequences on four devices, their rows dealt round robin, every device's memory full:
+// no single move fits, so only swaps (with a vertex of a part the row's columns reach) can gather
+// each sequence on one device, which moves nothing.
+TEST(Anneal, SwapsGatherTheSequencesWhenEveryPartIsFull) {
+  const BlockSet set = Blocks({8192, 8192, 8192, 8192}, "causal", 1024);
+  const Hypergraph g = BuildHypergraph(set);
+  const internal::CoarseLevel rows =
+      internal::ContractRows(g, set.sequence_first_block, AllVertices(g));
+  constexpr int32_t k = 4;
+  std::vector<int32_t> part(rows.graph.n_vertices(), -1);
+  int64_t compute = 0, memory = 0;
+  for (int32_t v : rows.subset) {
+    part[v] = v % k;
+    compute += rows.graph.compute_weight[v];
+    memory += rows.graph.memory_weight[v];
+  }
+  const double memory_cap = static_cast<double>(memory) / k;  // 8 rows per part, as dealt
+  ASSERT_GT(Km1(rows.graph, part), 0);
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    SCOPED_TRACE(seed);
+    std::vector<int32_t> annealed = part;
+    const int64_t km1 =
+        internal::Anneal(rows.graph, rows.subset, k, static_cast<double>(compute), memory_cap,
+                         {.steps = 40000, .seed = seed}, &annealed);
+    EXPECT_EQ(km1, 0);
+    EXPECT_EQ(Km1(rows.graph, annealed), 0);
+  }
+}
+
 // Batches with one long sequence and several short ones on few devices, the case whole rows are
 // for: the placement meets both caps for every seed and the same seed gives the same placement.
 TEST(PartitionBlocks, MeetsBothCapsDeterministicallyOnLongAndShortSequences) {
