@@ -36,6 +36,9 @@ KwayResult KwayEngine::Run(const KwayStart& start, int rounds, int fm_passes) {
     case KwayStart::Kind::kContiguous:
       ContiguousPlacement();
       break;
+    case KwayStart::Kind::kStripes:
+      StripePlacement();
+      break;
     case KwayStart::Kind::kGiven:
       for (int32_t v : subset_) state_.Assign(v, (*start.given)[v]);
       break;

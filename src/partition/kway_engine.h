@@ -54,9 +54,10 @@ class KwayEngine {
   void GeometricPlacement(double stretch_factor);
   void PlaceData(const std::vector<int32_t>& data);
   void ContiguousPlacement();
-  std::vector<Unit> GreedyUnits() const;
+  void BuildUnits(std::vector<Unit>* whole_units, std::vector<std::vector<Unit>>* rows_of) const;
   void PlaceLeastLoaded(std::vector<Unit> units);
   void GreedyPlacement();
+  void StripePlacement();
 
   // --- Refinement (kway_refine.cc) ---
   bool RefineRound();

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The starts of the k-way engine (kway_engine.h): geometric, contiguous and greedy.
+// The starts of the k-way engine (kway_engine.h): geometric, contiguous, greedy and stripes.
 #include <algorithm>
 #include <tuple>
 
@@ -156,9 +156,11 @@ void KwayEngine::ContiguousPlacement() {
   }
 }
 
-// The greedy start's units: each sequence whole if it fits half a part; then each tile whose row's
-// data block is outside the subset; then the rows of the other sequences, in block order.
-std::vector<KwayEngine::Unit> KwayEngine::GreedyUnits() const {
+// The units of the subset: a whole sequence if it fits half a part (in *whole), else its rows,
+// one list per sequence in block order (in *rows); tiles whose row's data block is outside the
+// subset are units of their own (in *whole).
+void KwayEngine::BuildUnits(std::vector<Unit>* whole_units,
+                            std::vector<std::vector<Unit>>* rows_of) const {
   std::vector<char> covered(g_.n_vertices(), 0);
   std::vector<int32_t> tiles;
   const auto add = [&](Unit& u, int32_t v) {
@@ -169,7 +171,6 @@ std::vector<KwayEngine::Unit> KwayEngine::GreedyUnits() const {
     u.memory += g_.memory_weight[v];
   };
   const int32_t n_sequences = static_cast<int32_t>(problem_.sequence_first_block.size()) - 1;
-  std::vector<Unit> units, rows_of_long;
   for (int32_t s = 0; s < n_sequences; ++s) {
     Unit whole;
     std::vector<Unit> rows;
@@ -188,20 +189,18 @@ std::vector<KwayEngine::Unit> KwayEngine::GreedyUnits() const {
     }
     if (static_cast<double>(whole.compute) <= problem_.compute_cap / 2 &&
         static_cast<double>(whole.memory) <= problem_.memory_cap / 2) {
-      if (!whole.vertices.empty()) units.push_back(std::move(whole));
+      if (!whole.vertices.empty()) whole_units->push_back(std::move(whole));
     } else {
-      for (Unit& row : rows) rows_of_long.push_back(std::move(row));
+      rows_of->push_back(std::move(rows));
     }
   }
   for (int32_t v : subset_) {
     if (!covered[v]) {
       Unit u;
       add(u, v);
-      units.push_back(std::move(u));
+      whole_units->push_back(std::move(u));
     }
   }
-  for (Unit& row : rows_of_long) units.push_back(std::move(row));
-  return units;
 }
 
 // Places units largest first (by the constraint each presses hardest), each onto the least
@@ -231,6 +230,58 @@ void KwayEngine::PlaceLeastLoaded(std::vector<Unit> units) {
 
 // Greedy start: whole short sequences and the rows of long ones, largest first onto the least
 // loaded part.
-void KwayEngine::GreedyPlacement() { PlaceLeastLoaded(GreedyUnits()); }
+void KwayEngine::GreedyPlacement() {
+  std::vector<Unit> units;
+  std::vector<std::vector<Unit>> rows_of;
+  BuildUnits(&units, &rows_of);
+  for (std::vector<Unit>& rows : rows_of) {
+    for (Unit& r : rows) units.push_back(std::move(r));
+  }
+  PlaceLeastLoaded(std::move(units));
+}
+
+// Start that cuts long sequences into stripes of whole rows. Row nets weigh several times
+// column nets, so a part that holds whole rows with their data pays only for the columns it
+// reads from above its stripe. Rows go bottom-up (the long, compute-heavy rows first), each part
+// filled until its compute plus the compute of the short sequences needed to fill its memory to
+// the average would pass the average; whole short sequences then fill the parts least loaded
+// first. Top rows (short, data-heavy) thus end in a stripe of many rows or fill other parts.
+void KwayEngine::StripePlacement() {
+  std::vector<Unit> units;
+  std::vector<std::vector<Unit>> rows_of;
+  BuildUnits(&units, &rows_of);
+  double total_compute = 0, total_memory = 0, filler_compute = 0, filler_memory = 0;
+  for (int32_t v : subset_) {
+    total_compute += static_cast<double>(g_.compute_weight[v]);
+    total_memory += static_cast<double>(g_.memory_weight[v]);
+  }
+  for (const Unit& u : units) {
+    filler_compute += static_cast<double>(u.compute);
+    filler_memory += static_cast<double>(u.memory);
+  }
+  // Compute the fillers bring per byte of memory.
+  const double density = filler_memory > 0 ? filler_compute / filler_memory : 0;
+  const double avg_compute = total_compute / k_, avg_memory = total_memory / k_;
+  std::stable_sort(rows_of.begin(), rows_of.end(),
+                   [](const auto& a, const auto& b) { return a.size() > b.size(); });
+  int32_t p = 0;
+  double c = 0, m = 0;
+  for (const std::vector<Unit>& rows : rows_of) {
+    for (auto r = rows.rbegin(); r != rows.rend(); ++r) {
+      const double next_c = c + static_cast<double>(r->compute);
+      const double next_m = m + static_cast<double>(r->memory);
+      const bool full = next_m > avg_memory ||
+                        next_c + std::max(0.0, avg_memory - next_m) * density > avg_compute;
+      if (full && (c > 0 || m > 0) && p + 1 < k_) {
+        ++p;
+        c = m = 0;
+      }
+      c += static_cast<double>(r->compute);
+      m += static_cast<double>(r->memory);
+      for (int32_t v : r->vertices) state_.Assign(v, p);
+    }
+  }
+  PlaceLeastLoaded(std::move(units));
+}
 
 }  // namespace dcp::internal

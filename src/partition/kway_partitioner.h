@@ -40,10 +40,10 @@ struct KwayProblem {
 
 // How a run starts: from the geometric cut with its q axis stretched by `stretch` times the
 // row/column byte ratio, from contiguous runs of data blocks, from the greedy whole-sequence
-// packing, or from a given partition (such as the annealed whole rows of partition_blocks.cc, or a
-// coarser level's partition projected onto this one).
+// packing, from stripes of whole rows, or from a given partition (such as the annealed whole rows
+// of partition_blocks.cc, or a coarser level's partition projected onto this one).
 struct KwayStart {
-  enum class Kind { kGeometric, kContiguous, kGreedy, kGiven } kind = Kind::kGeometric;
+  enum class Kind { kGeometric, kContiguous, kGreedy, kStripes, kGiven } kind = Kind::kGeometric;
   double stretch = 1.0;                         // kGeometric
   const std::vector<int32_t>* given = nullptr;  // kGiven: a part per vertex of the graph
 };

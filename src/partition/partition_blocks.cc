@@ -275,9 +275,11 @@ std::vector<int32_t> SolveBuiltin(const internal::KwayProblem& problem, int roun
         internal::RunKway(finer, {.kind = Kind::kGiven, .given = &fine}, rounds, kFmPasses));
   }
 
-  // (A start of stripes of whole rows, bottom-up, was tried here when the annealed whole rows did
-  // not fit the caps: it won on km1 in 11% of those placements, but the bench's default plans were
-  // 0.9896x / 1.0010x as fast without it, on seeds 0-2 / 3-12, with lower peaks.)
+  // Stripes of whole rows, when the annealed whole rows did not fit the caps (their packing is
+  // cruder, but repair and refinement may still get it within them).
+  if (rows.empty()) {
+    keep_better(internal::RunKway(problem, {.kind = Kind::kStripes}, rounds, kFmPasses));
+  }
   const int64_t multilevel_km1 =
       best_score.second - internal::TouchedNetWeight(problem.graph, problem.subset);
   if (!rows.empty() &&
