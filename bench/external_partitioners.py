@@ -445,7 +445,7 @@ def summary(rows: list[dict], reference: str, balance: str) -> str:
             return ", ".join(f"{mine[key] / ref[t][key]:.2f}" for t in only)
 
         def wall_at(t):  # dcp's partition time on t threads, against theirs on t
-            return dcp.get("partition_ms_at", {}).get(t, dcp["partition_ms"])
+            return dcp["partition_ms_at"][t]
 
         free = own.get(DCP_MEMORY_FREE)
         met = all(dcp["km1_bytes"] <= 1.05 * ref[t]["km1_bytes"] and

@@ -4,9 +4,8 @@
 // hundred vertices), where local refinement stops in deep local minima: it walks through worse
 // partitions at a temperature that falls geometrically, by single moves to a part a neighbour is
 // on and by swaps with a vertex of such a part (with every part's memory full, only swaps move
-// data). The caps
-// are enforced natively: a step never takes a part above a cap, nor further above one it is
-// already over, so a start within the caps stays within them. Seeded, so deterministic.
+// data). The caps are enforced natively: a step never takes a part above a cap, nor further above
+// one it is already over, so a start within the caps stays within them. Seeded, so deterministic.
 // Internal to src/partition.
 #pragma once
 
