@@ -155,8 +155,8 @@ struct PartitionOptions {
   double eps_memory = 0.2;
   uint64_t seed = 0;           // same seed, same placement
   int refinement_rounds = 24;  // label-propagation passes per level; more is slower, rarely better
-  // Threads solving the nodes' second-level problems at once (1 to kMaxThreads). The placement
-  // does not depend on it.
+  // Threads for the placement's independent pieces (1 to kMaxThreads): the nodes' second-level
+  // problems, a level's starts, the chains of a split walk. The placement does not depend on it.
   int32_t threads = 1;
   static constexpr int32_t kMaxThreads = 1024;
   // Cancellation (kCancelled) and, with report_progress, progress ("placement": nodes placed of

@@ -127,6 +127,14 @@ std::vector<int32_t> SolveWholeRows(const internal::KwayProblem& problem, int64_
   // planning time stays near-linear in the batch.
   constexpr double kAnnealSteps = 40;
   constexpr double kAnnealRowsLinear = 1024;
+  // A walk of at least kSplitSteps steps is split into two chains, each with its own seed and
+  // kSplitShare of the steps, that run side by side on two threads. On flat 128-part placements
+  // (512 rows, 463K steps) that left km1 1.0013x (at most 1.051x) over 96 placements, the walk
+  // taking 0.6x its wall time on two threads and 1.2x its time on one. Shorter walks are not
+  // split: at the top level of 4x8 and 16x8 (at most 164K steps) two chains of 0.6 moved 1.2%
+  // more inter-node bytes over 576 placements, two of 0.5 2.6% more.
+  constexpr int64_t kSplitSteps = int64_t{1} << 18;
+  constexpr double kSplitShare = 0.6;
   // Larger subsets anneal runs of rows instead, about kRowVerticesPerPart per part (within
   // [kMinRowVertices, kMaxRowVertices]): a step costs the degree of its vertex, which grows with
   // the rows, so whole rows of a 1M-token batch took a second to anneal on 16 nodes. Fewer
@@ -146,11 +154,22 @@ std::vector<int32_t> SolveWholeRows(const internal::KwayProblem& problem, int64_
   std::vector<int32_t> row_part = PackLargestFirst(on_rows);
   if (row_part.empty()) return {};
   const double n = static_cast<double>(rows.subset.size());
-  *km1 = internal::Anneal(
-      rows.graph, rows.subset, problem.k, problem.compute_cap, problem.memory_cap,
-      {.steps = static_cast<int64_t>(kAnnealSteps * n * std::sqrt(std::min(n, kAnnealRowsLinear))),
-       .seed = problem.seed},
-      &row_part);
+  const auto steps =
+      static_cast<int64_t>(kAnnealSteps * n * std::sqrt(std::min(n, kAnnealRowsLinear)));
+  // The least km1 of the chains is kept (the first on a tie): the same on any thread count.
+  const int32_t chains = steps >= kSplitSteps ? 2 : 1;
+  const auto chain_steps =
+      chains == 1 ? steps : static_cast<int64_t>(kSplitShare * static_cast<double>(steps));
+  std::vector<std::vector<int32_t>> walked(chains, row_part);
+  std::vector<int64_t> walked_km1(chains);
+  internal::ParallelFor(chains, problem.threads, [&](int32_t c) {
+    walked_km1[c] = internal::Anneal(
+        rows.graph, rows.subset, problem.k, problem.compute_cap, problem.memory_cap,
+        {.steps = chain_steps, .seed = problem.seed + static_cast<uint64_t>(c)}, &walked[c]);
+  });
+  const auto chain = std::min_element(walked_km1.begin(), walked_km1.end()) - walked_km1.begin();
+  *km1 = walked_km1[chain];
+  row_part = std::move(walked[chain]);
   std::vector<int32_t> part(g.n_vertices(), -1);
   for (int32_t v : problem.subset) part[v] = row_part[rows.coarse_of[v]];
   return part;
@@ -205,24 +224,46 @@ std::vector<int32_t> SolveBuiltin(const internal::KwayProblem& problem, int roun
   // Rows worse than the multilevel result by more than this fraction are not refined on `g`.
   constexpr double kRowRefineMargin = 0.02;
 
-  // The whole rows and the coarsening do not depend on each other: on two threads they run side
-  // by side.
-  int64_t rows_km1 = 0;
-  std::vector<int32_t> rows;
+  // Starts on the coarsest level. FM on each when that level is coarse (it is cheap there); on
+  // `g` itself only once, on the best start.
+  const internal::KwayStart starts[] = {{Kind::kGeometric, 1.0},
+                                        {Kind::kGeometric, 0.5},
+                                        {Kind::kGeometric, 2.0},
+                                        {Kind::kContiguous},
+                                        {Kind::kGreedy}};
+  constexpr int32_t kStarts = static_cast<int32_t>(std::size(starts));
   // Level 0 is the problem itself; level i > 0 is the same problem on levels[i - 1].
   std::vector<internal::CoarseLevel> levels;
-  internal::ParallelFor(2, problem.threads, [&](int32_t i) {
-    if (i == 0) {
-      rows = SolveWholeRows(problem, &rows_km1);
-    } else {
-      levels = CoarseLevels(problem, kMinDataPerPart);
-    }
-  });
   const auto at = [&](size_t i) -> KwayProblem {
     if (i == 0) return problem;
     const internal::CoarseLevel& level = levels[i - 1];
     return problem.On(level.graph, level.sequence_first_block, level.subset);
   };
+  // Threads for each of `n` runs side by side (their results do not depend on it).
+  const auto share = [&](KwayProblem p, int32_t n) {
+    p.threads = std::max(1, problem.threads / n);
+    return p;
+  };
+  const auto run_start = [&](int32_t i, int32_t side_by_side) {
+    const KwayProblem coarsest = share(at(levels.size()), side_by_side);
+    return internal::RunKway(coarsest, starts[i], rounds, levels.empty() ? 0 : kFmPasses);
+  };
+  const auto cancelled = [monitor] { return !CheckCancelled(monitor).ok(); };
+
+  // The whole rows do not depend on the coarsening and the first start: on two threads they run
+  // side by side.
+  int64_t rows_km1 = 0;
+  std::vector<int32_t> rows;
+  std::vector<KwayResult> started(kStarts);
+  internal::ParallelFor(2, problem.threads, [&](int32_t i) {
+    if (i == 0) {
+      rows = SolveWholeRows(problem, &rows_km1);
+    } else {
+      levels = CoarseLevels(problem, kMinDataPerPart);
+      if (!cancelled()) started[0] = run_start(0, 2);
+    }
+  });
+  if (cancelled()) return {};
   const size_t top = levels.size();
 
   // Within the caps first (else the lowest worst load), then the fewest bytes.
@@ -238,30 +279,31 @@ std::vector<int32_t> SolveBuiltin(const internal::KwayProblem& problem, int roun
       best_score = score;
     }
   };
-  const auto cancelled = [monitor] { return !CheckCancelled(monitor).ok(); };
 
-  // Starts on the coarsest level. FM on each when that level is coarse (it is cheap there); on
-  // `g` itself only once, on the best start.
-  const internal::KwayStart starts[] = {{Kind::kGeometric, 1.0},
-                                        {Kind::kGeometric, 0.5},
-                                        {Kind::kGeometric, 2.0},
-                                        {Kind::kContiguous},
-                                        {Kind::kGreedy}};
-  const KwayProblem coarsest = at(top);
-  const int64_t top_base = internal::TouchedNetWeight(coarsest.graph, coarsest.subset);
-  for (const internal::KwayStart& start : starts) {
+  // Whole rows within the caps that beat a start (coarse km1 is what its projection moves on
+  // causal masks, at most that on others) beat the row-like starts after it too. On one thread
+  // the other starts run in order while that does not hold; on more they all run side by side
+  // (the last, greedy, the longest, first) and are kept in the same order up to the same test:
+  // the same best on any thread count.
+  const int64_t top_base = internal::TouchedNetWeight(at(top).graph, at(top).subset);
+  const auto rows_win = [&] {
+    return !rows.empty() && within() && rows_km1 <= best_score.second - top_base;
+  };
+  keep_better(std::move(started[0]));
+  if (problem.threads > 1 && !rows_win()) {
+    internal::ParallelFor(kStarts - 1, problem.threads, [&](int32_t i) {
+      if (!cancelled()) started[kStarts - 1 - i] = run_start(kStarts - 1 - i, problem.threads);
+    });
+  }
+  for (int32_t i = 1; i < kStarts && !rows_win(); ++i) {
     if (cancelled()) return {};
-    // Whole rows within the caps that beat the first start (coarse km1 is what its projection
-    // moves on causal masks, at most that on others) beat the row-like starts after it too.
-    if (!best.empty() && !rows.empty() && within() && rows_km1 <= best_score.second - top_base) {
-      break;
-    }
-    keep_better(internal::RunKway(coarsest, start, rounds, top > 0 ? kFmPasses : 0));
+    if (problem.threads == 1) started[i] = run_start(i, 1);
+    keep_better(std::move(started[i]));
   }
   if (top == 0) {
-    const std::vector<int32_t> started = std::move(best);
+    const std::vector<int32_t> given = std::move(best);
     best.clear();
-    keep_better(internal::RunKway(problem, {.kind = Kind::kGiven, .given = &started},
+    keep_better(internal::RunKway(problem, {.kind = Kind::kGiven, .given = &given},
                                   /*rounds=*/0, kFmPasses));
   }
   // Project and refine, level by level.

@@ -734,6 +734,30 @@ TEST(PartitionBlocks, PlacesAlikeOnAnyThreadCount) {
   }
 }
 
+// One level of 128 parts over about 400 data blocks: the whole-row walk is long enough to be split
+// into two chains (partition_blocks.cc kSplitSteps), and the multilevel starts run side by side
+// on more than one thread. Neither changes the placement.
+TEST(PartitionBlocks, PlacesAlikeOnAnyThreadCountWhenWalksAreSplit) {
+  for (uint64_t seed = 0; seed < 2; ++seed) {
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    const BlockSet set = Blocks(RandomLengths(rng, {40, 60}, {1, 16}, 512),
+                                seed % 2 ? "causal" : "lambda:sink=64,window=2048", 512);
+    ASSERT_GE(set.data_blocks.size(), 350u);
+    const Topology flat{.nodes = 1, .devices_per_node = 128};
+    PartitionOptions options{.eps_compute = 0.5, .eps_memory = 100, .seed = seed};
+    auto one = PartitionBlocks(set, flat, options);
+    ASSERT_TRUE(one.ok()) << one.status().ToString();
+    for (int32_t threads : {2, 3}) {
+      options.threads = threads;
+      auto more = PartitionBlocks(set, flat, options);
+      ASSERT_TRUE(more.ok()) << more.status().ToString();
+      EXPECT_EQ(one->placement.data_device, more->placement.data_device) << threads;
+      EXPECT_EQ(one->placement.compute_device, more->placement.compute_device) << threads;
+    }
+  }
+}
+
 // A topology whose widest problem needs more partitioner tables than the bound allows is refused
 // with the reason, before anything is allocated for it.
 TEST(PartitionBlocks, RefusesATopologyWhoseTablesWouldNotFit) {
