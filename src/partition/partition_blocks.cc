@@ -283,8 +283,8 @@ std::vector<int32_t> SolveBuiltin(const internal::KwayProblem& problem, int roun
   // Whole rows within the caps that beat a start (coarse km1 is what its projection moves on
   // causal masks, at most that on others) beat the row-like starts after it too. On one thread
   // the other starts run in order while that does not hold; on more they all run side by side
-  // (the last, greedy, the longest, first) and are kept in the same order up to the same test:
-  // the same best on any thread count.
+  // (the last first: greedy was the longest on flat 128 parts) and are kept in the same order up
+  // to the same test: the same best on any thread count.
   const int64_t top_base = internal::TouchedNetWeight(at(top).graph, at(top).subset);
   const auto rows_win = [&] {
     return !rows.empty() && within() && rows_km1 <= best_score.second - top_base;
@@ -292,7 +292,7 @@ std::vector<int32_t> SolveBuiltin(const internal::KwayProblem& problem, int roun
   keep_better(std::move(started[0]));
   if (problem.threads > 1 && !rows_win()) {
     internal::ParallelFor(kStarts - 1, problem.threads, [&](int32_t i) {
-      if (!cancelled()) started[kStarts - 1 - i] = run_start(kStarts - 1 - i, problem.threads);
+      if (!cancelled()) started[kStarts - 1 - i] = run_start(kStarts - 1 - i, kStarts - 1);
     });
   }
   for (int32_t i = 1; i < kStarts && !rows_win(); ++i) {
