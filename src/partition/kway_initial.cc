@@ -14,41 +14,87 @@ struct Point {
   double x, y;
 };
 
-// Cuts the points [begin, end) into `parts` regions of equal compute (the weights of g) by
-// recursive bisection across the longer side, numbered from first_part into (*part)[v].
-void Bisect(const Hypergraph& g, Point* begin, Point* end, int32_t first_part, int32_t parts,
-            std::vector<int32_t>* part) {
-  if (parts == 1 || end - begin <= 1) {
-    for (Point* p = begin; p != end; ++p) (*part)[p->v] = first_part;
+// The points of a region in two orders: by (x, y, v) and by (y, x, v) (each a total order, as
+// v is unique). A region is a range [0, count) of both lists holding the same points.
+struct Region {
+  int32_t* by_x;
+  int32_t* by_y;
+  int32_t count;
+};
+
+// Cuts `region` (indices into `points`) into `parts` regions of equal compute (the weights of g)
+// by recursive bisection across the longer side, numbered from first_part into (*part)[v]. The
+// points are sorted along both axes once: a region's half along one axis is a prefix of that
+// order, and the other order keeps its sortedness when split stably, so no level sorts again.
+void Bisect(const Hypergraph& g, const std::vector<Point>& points, Region region,
+            int32_t first_part, int32_t parts, std::vector<char>* on_left,
+            std::vector<int32_t>* scratch, std::vector<int32_t>* part) {
+  const int32_t count = region.count;
+  if (parts == 1 || count <= 1) {
+    for (int32_t i = 0; i < count; ++i) (*part)[points[region.by_x[i]].v] = first_part;
     return;
   }
-  double x0 = begin->x, x1 = begin->x, y0 = begin->y, y1 = begin->y;
+  const double width = points[region.by_x[count - 1]].x - points[region.by_x[0]].x;
+  const double height = points[region.by_y[count - 1]].y - points[region.by_y[0]].y;
+  const bool along_x = width >= height;
+  int32_t* along = along_x ? region.by_x : region.by_y;
+  int32_t* other = along_x ? region.by_y : region.by_x;
+  const auto weight = [&](int32_t i) { return g.compute_weight[points[along[i]].v]; };
   int64_t total = 0;
-  for (Point* p = begin; p != end; ++p) {
-    x0 = std::min(x0, p->x), x1 = std::max(x1, p->x);
-    y0 = std::min(y0, p->y), y1 = std::max(y1, p->y);
-    total += g.compute_weight[p->v];
-  }
-  const bool along_x = x1 - x0 >= y1 - y0;
-  std::sort(begin, end, [along_x](const Point& a, const Point& b) {
-    return along_x ? std::tie(a.x, a.y, a.v) < std::tie(b.x, b.y, b.v)
-                   : std::tie(a.y, a.x, a.v) < std::tie(b.y, b.x, b.v);
-  });
+  for (int32_t i = 0; i < count; ++i) total += weight(i);
   const int32_t left_parts = parts / 2;
   const double target = static_cast<double>(total) * left_parts / parts;
-  Point* cut = begin;
+  int32_t cut = 0;
   int64_t prefix = 0;
-  while (cut != end && static_cast<double>(prefix + g.compute_weight[cut->v]) <= target) {
-    prefix += g.compute_weight[cut->v];
+  while (cut != count && static_cast<double>(prefix + weight(cut)) <= target) {
+    prefix += weight(cut);
     ++cut;
   }
   // Take the next tile too if that lands closer to the target.
-  if (cut != end && static_cast<double>(prefix + g.compute_weight[cut->v]) - target <
-                        target - static_cast<double>(prefix)) {
+  if (cut != count &&
+      static_cast<double>(prefix + weight(cut)) - target < target - static_cast<double>(prefix)) {
     ++cut;
   }
-  Bisect(g, begin, cut, first_part, left_parts, part);
-  Bisect(g, cut, end, first_part + left_parts, parts - left_parts, part);
+  // The other order split stably: the left half's points first, each half still sorted.
+  for (int32_t i = 0; i < count; ++i) (*on_left)[along[i]] = i < cut ? 1 : 0;
+  scratch->assign(other, other + count);
+  int32_t* left = other;
+  int32_t* right = other + cut;
+  for (int32_t i : *scratch) *((*on_left)[i] ? left++ : right++) = i;
+  Bisect(g, points, {region.by_x, region.by_y, cut}, first_part, left_parts, on_left, scratch,
+         part);
+  Bisect(g, points, {region.by_x + cut, region.by_y + cut, count - cut}, first_part + left_parts,
+         parts - left_parts, on_left, scratch, part);
+}
+
+// Cuts the points into k regions of equal compute (Bisect), into (*part)[v].
+void BisectPoints(const Hypergraph& g, const std::vector<Point>& points, int32_t k,
+                  std::vector<int32_t>* part) {
+  // Sorted as contiguous (major, minor, v) records: comparing indices into `points` reached
+  // into it at random.
+  struct Record {
+    double major, minor;
+    int32_t v, index;
+  };
+  const auto order = [&](bool along_x) {
+    std::vector<Record> records(points.size());
+    for (size_t i = 0; i < points.size(); ++i) {
+      const Point& p = points[i];
+      records[i] = along_x ? Record{p.x, p.y, p.v, static_cast<int32_t>(i)}
+                           : Record{p.y, p.x, p.v, static_cast<int32_t>(i)};
+    }
+    std::sort(records.begin(), records.end(), [](const Record& a, const Record& b) {
+      return std::tie(a.major, a.minor, a.v) < std::tie(b.major, b.minor, b.v);
+    });
+    std::vector<int32_t> indices(points.size());
+    for (size_t i = 0; i < records.size(); ++i) indices[i] = records[i].index;
+    return indices;
+  };
+  std::vector<int32_t> by_x = order(true), by_y = order(false);
+  std::vector<char> on_left(points.size());
+  std::vector<int32_t> scratch;
+  Bisect(g, points, {by_x.data(), by_y.data(), static_cast<int32_t>(points.size())}, 0, k,
+         &on_left, &scratch, part);
 }
 
 }  // namespace
@@ -88,7 +134,7 @@ void KwayEngine::GeometricPlacement(double stretch_factor) {
     points.push_back(p);
   }
   std::vector<int32_t> part_of_point(g_.n_vertices(), -1);
-  Bisect(g_, points.data(), points.data() + points.size(), 0, k_, &part_of_point);
+  BisectPoints(g_, points, k_, &part_of_point);
   for (const Point& p : points) state_.Assign(p.v, part_of_point[p.v]);
   PlaceData(data);
 }
