@@ -17,7 +17,6 @@ KwayEngine::KwayEngine(const KwayProblem& problem)
       active_(problem.graph.n_vertices(), 0),
       data_of_part_(problem.k),
       unit_pins_(problem.graph.n_nets(), 0),
-      row_weight_on_(problem.k, 0),
       scratch_{.seen = std::vector<uint32_t>(problem.k, 0)} {
   for (int32_t v : subset_) {
     in_subset_[v] = 1;
@@ -71,9 +70,6 @@ KwayResult RunKway(const KwayProblem& problem, const KwayStart& start, int round
   return KwayEngine(problem).Run(start, rounds, fm_passes);
 }
 
-// The compute vertices that read the queries of data vertex d and lie in the subset, each once
-// (a coarse data vertex may keep two row nets that share super-tiles; coarse nets list their
-// pins in vertex order, so the data vertex is not always a net's first pin).
 void KwayEngine::RowTiles(int32_t d, std::vector<int32_t>* tiles) const {
   tiles->clear();
   int32_t row_nets = 0;

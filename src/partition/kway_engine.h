@@ -36,8 +36,30 @@ class KwayEngine {
             static_cast<double>(state_.compute()[p] + compute) <= problem_.compute_cap) &&
            (memory == 0 || static_cast<double>(state_.memory()[p] + memory) <= problem_.memory_cap);
   }
-  // The compute vertices of the subset that read the queries of data vertex d, each once, into
-  // *tiles (cleared first).
+  // Calls f(t) for each compute vertex t of the subset that reads the queries of data vertex d,
+  // each once: in pin order when d has one row net (every data vertex of the batch's own graph),
+  // else in vertex order (a coarse data vertex may keep two row nets that share super-tiles).
+  template <typename F>
+  void ForEachRowTile(int32_t d, const F& f) {
+    int32_t row_net = -1;
+    for (int32_t i = g_.vertex_begin[d]; i < g_.vertex_begin[d + 1]; ++i) {
+      const int32_t n = g_.incident[i];
+      if (g_.net_kind[n] != NetKind::kRow) continue;
+      if (row_net >= 0) {
+        RowTiles(d, &row_tiles_);
+        for (int32_t t : row_tiles_) f(t);
+        return;
+      }
+      row_net = n;
+    }
+    if (row_net < 0) return;
+    for (int32_t j = g_.net_begin[row_net]; j < g_.net_begin[row_net + 1]; ++j) {
+      const int32_t t = g_.pins[j];
+      if (IsCompute(t) && in_subset_[t]) f(t);
+    }
+  }
+  // ForEachRowTile's tiles into *tiles (cleared first): in pin order for one row net, in vertex
+  // order for more.
   void RowTiles(int32_t d, std::vector<int32_t>* tiles) const;
   // Candidates' scratch: seen[p] == stamp when p is already in the list being built. One per
   // thread that lists candidates.
@@ -91,11 +113,11 @@ class KwayEngine {
   // Per part, its data vertices (SwapData's partners), listed at each RefineRound and appended to
   // as data vertices move; an entry whose vertex has left the part since is skipped.
   std::vector<std::vector<int32_t>> data_of_part_;
-  // MoveRow's scratch: a row's tiles, the unit it moves, the nets the unit touches, and its pins
-  // on each (0 outside the unit). Kept across calls: MoveRow runs for every data vertex in every
-  // round.
-  std::vector<int32_t> row_tiles_, unit_, unit_nets_, unit_pins_;
-  std::vector<int64_t> row_weight_on_;  // per part
+  // ForEachRowTile's and MoveRow's scratch: a row's tiles, the unit it moves, the nets the unit touches, its pins on
+  // each (0 outside the unit), the parts that can take it and the weight of its nets already on
+  // each of those. Kept across calls: MoveRow runs for every data vertex in every round.
+  std::vector<int32_t> row_tiles_, unit_, unit_nets_, unit_pins_, row_parts_;
+  std::vector<int64_t> row_parts_weight_;
   CandidateScratch scratch_;            // the engine's own thread's
 };
 

@@ -203,20 +203,23 @@ bool KwayEngine::MoveRow(int32_t d, const std::vector<int32_t>& candidates) {
   const int32_t from = state_.part(d);
   std::vector<int32_t>& unit = unit_;
   unit.assign(1, d);
-  int64_t compute = 0, memory = g_.memory_weight[d];
-  RowTiles(d, &row_tiles_);
-  for (int32_t t : row_tiles_) {
+  int64_t compute = 0;
+  const int64_t memory = g_.memory_weight[d];
+  ForEachRowTile(d, [&](int32_t t) {
     if (state_.part(t) == from) {
       unit.push_back(t);
       compute += g_.compute_weight[t];
     }
-  }
+  });
   if (unit.size() == 1) return false;
-  // Most rows of a balanced partition fit no other part: skip pricing them.
-  if (std::none_of(candidates.begin(), candidates.end(),
-                   [&](int32_t to) { return to != from && Fits(to, compute, memory); })) {
-    return false;
+  // Most rows of a balanced partition fit no other part, and those that do fit few: only those
+  // parts are priced.
+  std::vector<int32_t>& fitting = row_parts_;
+  fitting.clear();
+  for (int32_t to : candidates) {
+    if (to != from && Fits(to, compute, memory)) fitting.push_back(to);
   }
+  if (fitting.empty()) return false;
   // The unit's pins on each net it touches: a net leaves `from` when the unit holds all its
   // pins there, and reaches `to` when it has none there yet.
   unit_nets_.clear();
@@ -226,27 +229,27 @@ bool KwayEngine::MoveRow(int32_t d, const std::vector<int32_t>& candidates) {
       if (unit_pins_[n]++ == 0) unit_nets_.push_back(n);
     }
   }
-  // delta(to) = arrive - leave - (the weight of the unit's nets already on `to`), summed for
-  // every part at once over the parts each net spans (not nets x candidates).
+  // delta(to) = arrive - leave - (the weight of the unit's nets already on `to`).
   int64_t arrive = 0, leave = 0;
+  std::vector<int64_t>& already = row_parts_weight_;
+  already.assign(fitting.size(), 0);
   for (int32_t n : unit_nets_) {
-    arrive += g_.net_weight[n];
-    if (unit_pins_[n] == state_.pins(n, from)) leave += g_.net_weight[n];
-    for (int32_t p : state_.parts_of_net(n)) row_weight_on_[p] += g_.net_weight[n];
+    const int64_t w = g_.net_weight[n];
+    arrive += w;
+    if (unit_pins_[n] == state_.pins(n, from)) leave += w;
+    for (size_t i = 0; i < fitting.size(); ++i) {
+      if (state_.pins(n, fitting[i]) > 0) already[i] += w;
+    }
     unit_pins_[n] = 0;
   }
   int32_t best = -1;
   int64_t best_delta = 0;
-  for (int32_t to : candidates) {
-    if (to == from || !Fits(to, compute, memory)) continue;
-    const int64_t delta = arrive - leave - row_weight_on_[to];
+  for (size_t i = 0; i < fitting.size(); ++i) {
+    const int64_t delta = arrive - leave - already[i];
     if (delta < best_delta) {
-      best = to;
+      best = fitting[i];
       best_delta = delta;
     }
-  }
-  for (int32_t n : unit_nets_) {
-    for (int32_t p : state_.parts_of_net(n)) row_weight_on_[p] = 0;
   }
   if (best < 0) return false;
   for (int32_t v : unit) MoveVertex(v, best);
