@@ -24,7 +24,9 @@ KwayEngine::KwayEngine(const KwayProblem& problem)
   }
 }
 
-KwayResult KwayEngine::Run(const KwayStart& start, int rounds, int fm_passes) {
+KwayResult KwayEngine::Run(const KwayStart& start, int rounds, int fm_passes,
+                           const std::atomic<bool>* stop) {
+  const auto stopped = [stop] { return stop != nullptr && stop->load(); };
   switch (start.kind) {
     case KwayStart::Kind::kGeometric:
       GeometricPlacement(start.stretch);
@@ -43,31 +45,34 @@ KwayResult KwayEngine::Run(const KwayStart& start, int rounds, int fm_passes) {
       break;
   }
   ActivateAll();
-  for (int r = 0; r < rounds; ++r) {
+  for (int r = 0; r < rounds && !stopped(); ++r) {
     if (!RefineRound()) break;
   }
+  if (stopped()) return {};
   // Moves activate the vertices whose gains they change, so only a repair (which also changes
   // which parts have room) needs every vertex looked at again.
   const bool over_caps = !state_.WithinCaps(problem_.compute_cap, problem_.memory_cap);
   Repair();
   if (over_caps) ActivateAll();
-  for (int r = 0; r < rounds / 4; ++r) {
+  for (int r = 0; r < rounds / 4 && !stopped(); ++r) {
     if (!RefineRound()) break;
   }
   const auto within_caps = [&] {
     return state_.WithinCaps(problem_.compute_cap, problem_.memory_cap);
   };
-  for (int r = 0; r < fm_passes && within_caps(); ++r) {
+  for (int r = 0; r < fm_passes && within_caps() && !stopped(); ++r) {
     if (!FmPass()) break;
   }
+  if (stopped()) return {};
   return {.part = state_.parts(),
           .within_caps = within_caps(),
           .max_load = state_.MaxLoad(problem_.compute_cap, problem_.memory_cap),
           .connectivity = state_.connectivity()};
 }
 
-KwayResult RunKway(const KwayProblem& problem, const KwayStart& start, int rounds, int fm_passes) {
-  return KwayEngine(problem).Run(start, rounds, fm_passes);
+KwayResult RunKway(const KwayProblem& problem, const KwayStart& start, int rounds, int fm_passes,
+                   const std::atomic<bool>* stop) {
+  return KwayEngine(problem).Run(start, rounds, fm_passes, stop);
 }
 
 void KwayEngine::RowTiles(int32_t d, std::vector<int32_t>* tiles) const {

@@ -18,7 +18,9 @@ class KwayEngine {
  public:
   explicit KwayEngine(const KwayProblem& problem);
 
-  KwayResult Run(const KwayStart& start, int rounds, int fm_passes);
+  // RunKway's run (kway_partitioner.h).
+  KwayResult Run(const KwayStart& start, int rounds, int fm_passes,
+                 const std::atomic<bool>* stop = nullptr);
 
  private:
   // A unit of the greedy starts: vertices placed together.
@@ -113,12 +115,13 @@ class KwayEngine {
   // Per part, its data vertices (SwapData's partners), listed at each RefineRound and appended to
   // as data vertices move; an entry whose vertex has left the part since is skipped.
   std::vector<std::vector<int32_t>> data_of_part_;
-  // ForEachRowTile's and MoveRow's scratch: a row's tiles, the unit it moves, the nets the unit touches, its pins on
-  // each (0 outside the unit), the parts that can take it and the weight of its nets already on
-  // each of those. Kept across calls: MoveRow runs for every data vertex in every round.
+  // ForEachRowTile's and MoveRow's scratch: a row's tiles, the unit it moves, the nets the unit
+  // touches, its pins on each (0 outside the unit), the parts that can take it and the weight of
+  // its nets already on each of those. Kept across calls: MoveRow runs for every data vertex in
+  // every round.
   std::vector<int32_t> row_tiles_, unit_, unit_nets_, unit_pins_, row_parts_;
   std::vector<int64_t> row_parts_weight_;
-  CandidateScratch scratch_;            // the engine's own thread's
+  CandidateScratch scratch_;  // the engine's own thread's
 };
 
 }  // namespace dcp::internal

@@ -93,8 +93,8 @@ void BisectPoints(const Hypergraph& g, const std::vector<Point>& points, int32_t
   std::vector<int32_t> by_x = order(true), by_y = order(false);
   std::vector<char> on_left(points.size());
   std::vector<int32_t> scratch;
-  Bisect(g, points, {by_x.data(), by_y.data(), static_cast<int32_t>(points.size())}, 0, k,
-         &on_left, &scratch, part);
+  Bisect(g, points, {by_x.data(), by_y.data(), static_cast<int32_t>(points.size())}, 0, k, &on_left,
+         &scratch, part);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 // level is in partition_blocks.cc. Internal to src/partition.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -60,8 +61,10 @@ inline constexpr int kFmPasses = 2;
 
 // Places the subset from `start`, runs up to `rounds` rounds of refinement, repairs the caps and
 // refines again (rounds / 4), then `fm_passes` passes of FM while the caps hold. Deterministic
-// for a given problem (its seed included).
+// for a given problem (its seed included). Once *stop (when given) is set, the run ends at its
+// next round or pass with a result not to be used: for a run whose result may turn out not to be
+// needed.
 KwayResult RunKway(const KwayProblem& problem, const KwayStart& start, int rounds,
-                   int fm_passes = 0);
+                   int fm_passes = 0, const std::atomic<bool>* stop = nullptr);
 
 }  // namespace dcp::internal

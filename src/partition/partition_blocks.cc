@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <latch>
 #include <numeric>
 #include <tuple>
 
@@ -115,10 +116,37 @@ std::vector<int32_t> PackLargestFirst(const internal::KwayProblem& problem) {
 }
 
 // A partition of `g` that keeps every row whole with its data (ContractRows): packed largest
-// first on the row hypergraph, then annealed there. Empty when no packing within the caps was
-// found (rows too big for the parts, as at high k). *km1 gets its km1 (exact on `g`: row nets
-// stay on one part and the row hypergraph's merged column nets weigh what they merge).
-std::vector<int32_t> SolveWholeRows(const internal::KwayProblem& problem, int64_t* km1) {
+// first on the row hypergraph, then annealed there in one or two chains. Its steps may run on
+// different threads: Pack, then Walk for each chain, then Result.
+class WholeRows {
+ public:
+  static constexpr int32_t kMaxChains = 2;
+
+  explicit WholeRows(const internal::KwayProblem& problem) : problem_(problem) {}
+  WholeRows(const WholeRows&) = delete;
+  WholeRows& operator=(const WholeRows&) = delete;
+
+  // Contracts the rows and packs them; chains() is known from then on.
+  void Pack();
+  // The chains of the walk: 0 when no packing within the caps was found (rows too big for the
+  // parts, as at high k).
+  int32_t chains() const { return static_cast<int32_t>(walked_.size()); }
+  // Anneals chain `chain` (each chain on its own thread, if any).
+  void Walk(int32_t chain);
+  // The partition of the chain of least km1 (the first on a tie: the same on any thread count),
+  // with its km1 in *km1 (exact on `g`: row nets stay on one part and the row hypergraph's merged
+  // column nets weigh what they merge); empty when there are no chains.
+  std::vector<int32_t> Result(int64_t* km1);
+
+ private:
+  const internal::KwayProblem& problem_;
+  internal::CoarseLevel rows_;
+  int64_t chain_steps_ = 0;
+  std::vector<std::vector<int32_t>> walked_;  // per chain: its partition of the rows
+  std::vector<int64_t> walked_km1_;
+};
+
+void WholeRows::Pack() {
   // Annealing steps are kAnnealSteps * n^1.5 for n row vertices: larger instances need more steps
   // per row to settle. 64 were needed while swaps paired a vertex with one drawn from all parts;
   // with swaps among neighbouring parts (annealer.cc), 40 left km1 0.993x and inter-node bytes
@@ -141,38 +169,49 @@ std::vector<int32_t> SolveWholeRows(const internal::KwayProblem& problem, int64_
   // vertices per part cost bytes where parts are many (8 per part moved 30% more inter-node bytes
   // on 8M tokens over 64 nodes than 16 per part).
   constexpr int64_t kRowVerticesPerPart = 16, kMinRowVertices = 128, kMaxRowVertices = 1024;
-  const Hypergraph& g = problem.graph;
+  const Hypergraph& g = problem_.graph;
   const int64_t row_vertices =
-      std::clamp(kRowVerticesPerPart * problem.k, kMinRowVertices, kMaxRowVertices);
-  const int64_t data = std::count_if(problem.subset.begin(), problem.subset.end(),
+      std::clamp(kRowVerticesPerPart * problem_.k, kMinRowVertices, kMaxRowVertices);
+  const int64_t data = std::count_if(problem_.subset.begin(), problem_.subset.end(),
                                      [&](int32_t v) { return v >= g.n_compute; });
-  const internal::CoarseLevel rows = internal::ContractRows(
-      g, problem.sequence_first_block, problem.subset,
+  rows_ = internal::ContractRows(
+      g, problem_.sequence_first_block, problem_.subset,
       static_cast<int32_t>(std::max<int64_t>(1, (data + row_vertices - 1) / row_vertices)));
-  const internal::KwayProblem on_rows =
-      problem.On(rows.graph, rows.sequence_first_block, rows.subset);
-  std::vector<int32_t> row_part = PackLargestFirst(on_rows);
-  if (row_part.empty()) return {};
-  const double n = static_cast<double>(rows.subset.size());
+  std::vector<int32_t> packed =
+      PackLargestFirst(problem_.On(rows_.graph, rows_.sequence_first_block, rows_.subset));
+  if (packed.empty()) return;
+  const double n = static_cast<double>(rows_.subset.size());
   const auto steps =
       static_cast<int64_t>(kAnnealSteps * n * std::sqrt(std::min(n, kAnnealRowsLinear)));
-  // The least km1 of the chains is kept (the first on a tie): the same on any thread count.
-  const int32_t chains = steps >= kSplitSteps ? 2 : 1;
-  const auto chain_steps =
+  const int32_t chains = steps >= kSplitSteps ? kMaxChains : 1;
+  chain_steps_ =
       chains == 1 ? steps : static_cast<int64_t>(kSplitShare * static_cast<double>(steps));
-  std::vector<std::vector<int32_t>> walked(chains, row_part);
-  std::vector<int64_t> walked_km1(chains);
-  internal::ParallelFor(chains, problem.threads, [&](int32_t c) {
-    walked_km1[c] = internal::Anneal(
-        rows.graph, rows.subset, problem.k, problem.compute_cap, problem.memory_cap,
-        {.steps = chain_steps, .seed = problem.seed + static_cast<uint64_t>(c)}, &walked[c]);
-  });
-  const auto chain = std::min_element(walked_km1.begin(), walked_km1.end()) - walked_km1.begin();
-  *km1 = walked_km1[chain];
-  row_part = std::move(walked[chain]);
-  std::vector<int32_t> part(g.n_vertices(), -1);
-  for (int32_t v : problem.subset) part[v] = row_part[rows.coarse_of[v]];
+  walked_.assign(chains, packed);
+  walked_km1_.assign(chains, 0);
+}
+
+void WholeRows::Walk(int32_t chain) {
+  walked_km1_[chain] = internal::Anneal(
+      rows_.graph, rows_.subset, problem_.k, problem_.compute_cap, problem_.memory_cap,
+      {.steps = chain_steps_, .seed = problem_.seed + static_cast<uint64_t>(chain)},
+      &walked_[chain]);
+}
+
+std::vector<int32_t> WholeRows::Result(int64_t* km1) {
+  if (walked_.empty()) return {};
+  const auto chain = std::min_element(walked_km1_.begin(), walked_km1_.end()) - walked_km1_.begin();
+  *km1 = walked_km1_[chain];
+  std::vector<int32_t> part(problem_.graph.n_vertices(), -1);
+  for (int32_t v : problem_.subset) part[v] = walked_[chain][rows_.coarse_of[v]];
   return part;
+}
+
+// WholeRows on one thread.
+std::vector<int32_t> SolveWholeRows(const internal::KwayProblem& problem, int64_t* km1) {
+  WholeRows whole(problem);
+  whole.Pack();
+  for (int32_t c = 0; c < whole.chains(); ++c) whole.Walk(c);
+  return whole.Result(km1);
 }
 
 // The levels of the multilevel model: the problem's subset coarsened (coarsen.h) while every part
@@ -244,27 +283,12 @@ std::vector<int32_t> SolveBuiltin(const internal::KwayProblem& problem, int roun
     p.threads = std::max(1, problem.threads / n);
     return p;
   };
-  const auto run_start = [&](int32_t i, int32_t side_by_side) {
+  const auto run_start = [&](int32_t i, int32_t side_by_side,
+                             const std::atomic<bool>* stop = nullptr) {
     const KwayProblem coarsest = share(at(levels.size()), side_by_side);
-    return internal::RunKway(coarsest, starts[i], rounds, levels.empty() ? 0 : kFmPasses);
+    return internal::RunKway(coarsest, starts[i], rounds, levels.empty() ? 0 : kFmPasses, stop);
   };
   const auto cancelled = [monitor] { return !CheckCancelled(monitor).ok(); };
-
-  // The whole rows do not depend on the coarsening and the first start: on two threads they run
-  // side by side.
-  int64_t rows_km1 = 0;
-  std::vector<int32_t> rows;
-  std::vector<KwayResult> started(kStarts);
-  internal::ParallelFor(2, problem.threads, [&](int32_t i) {
-    if (i == 0) {
-      rows = SolveWholeRows(problem, &rows_km1);
-    } else {
-      levels = CoarseLevels(problem, kMinDataPerPart);
-      if (!cancelled()) started[0] = run_start(0, 2);
-    }
-  });
-  if (cancelled()) return {};
-  const size_t top = levels.size();
 
   // Within the caps first (else the lowest worst load), then the fewest bytes.
   std::vector<int32_t> best;
@@ -279,27 +303,70 @@ std::vector<int32_t> SolveBuiltin(const internal::KwayProblem& problem, int roun
       best_score = score;
     }
   };
-
   // Whole rows within the caps that beat a start (coarse km1 is what its projection moves on
-  // causal masks, at most that on others) beat the row-like starts after it too. On one thread
-  // the other starts run in order while that does not hold; on more they all run side by side
-  // (the last first: greedy was the longest on flat 128 parts) and are kept in the same order up
-  // to the same test: the same best on any thread count.
-  const int64_t top_base = internal::TouchedNetWeight(at(top).graph, at(top).subset);
+  // causal masks, at most that on others) beat the row-like starts after it too.
+  int64_t rows_km1 = 0;
+  std::vector<int32_t> rows;
+  int64_t top_base = 0;  // the coarsest level's touched net weight, once coarsened
+  const auto coarsen = [&] {
+    levels = CoarseLevels(problem, kMinDataPerPart);
+    top_base = internal::TouchedNetWeight(at(levels.size()).graph, at(levels.size()).subset);
+  };
   const auto rows_win = [&] {
     return !rows.empty() && within() && rows_km1 <= best_score.second - top_base;
   };
-  keep_better(std::move(started[0]));
-  if (problem.threads > 1 && !rows_win()) {
-    internal::ParallelFor(kStarts - 1, problem.threads, [&](int32_t i) {
-      if (!cancelled()) started[kStarts - 1 - i] = run_start(kStarts - 1 - i, kStarts - 1);
+
+  if (problem.threads <= 1) {
+    // The other starts run in order while the rows do not win.
+    rows = SolveWholeRows(problem, &rows_km1);
+    coarsen();
+    for (int32_t i = 0; i < kStarts && (i == 0 || !rows_win()); ++i) {
+      if (cancelled()) return {};
+      keep_better(run_start(i, 1));
+    }
+  } else {
+    // Every piece of work that waits for no other runs side by side, in this order: the coarsening
+    // and the first start; the rows' packing and the chains of their walk; the other starts (the
+    // last first: greedy was the longest on flat 128 parts), which wait for the coarsening. Those
+    // are needed only when the rows do not beat the first start; one that runs before that is
+    // known stops when it is. The best is then kept in start order up to the same test as on one
+    // thread: the same best on any thread count.
+    WholeRows whole(problem);
+    std::latch coarsened(1), packed(1);
+    std::atomic<int32_t> awaited{1 + WholeRows::kMaxChains};  // the first start, the chains
+    std::atomic<bool> rows_won{false};
+    std::vector<KwayResult> started(kStarts);
+    const auto settle = [&] {  // by the last of them
+      if (--awaited > 0) return;
+      rows = whole.Result(&rows_km1);
+      keep_better(std::move(started[0]));
+      rows_won = rows_win();
+    };
+    constexpr int32_t kFirstOther = 2 + WholeRows::kMaxChains;
+    const int32_t side_by_side = kFirstOther + kStarts - 1;
+    internal::ParallelFor(side_by_side, problem.threads, [&](int32_t task) {
+      if (task == 0) {
+        coarsen();
+        coarsened.count_down();
+        if (!cancelled()) started[0] = run_start(0, side_by_side);
+        settle();
+      } else if (task == 1) {
+        whole.Pack();
+        packed.count_down();
+      } else if (task < kFirstOther) {
+        packed.wait();
+        if (task - 2 < whole.chains() && !cancelled()) whole.Walk(task - 2);
+        settle();
+      } else {
+        coarsened.wait();
+        const int32_t i = kStarts - 1 - (task - kFirstOther);
+        if (!rows_won && !cancelled()) started[i] = run_start(i, side_by_side, &rows_won);
+      }
     });
+    for (int32_t i = 1; i < kStarts && !rows_win(); ++i) keep_better(std::move(started[i]));
   }
-  for (int32_t i = 1; i < kStarts && !rows_win(); ++i) {
-    if (cancelled()) return {};
-    if (problem.threads == 1) started[i] = run_start(i, 1);
-    keep_better(std::move(started[i]));
-  }
+  if (cancelled()) return {};
+  const size_t top = levels.size();
   if (top == 0) {
     const std::vector<int32_t> given = std::move(best);
     best.clear();

@@ -2,12 +2,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <numeric>
 #include <random>
 
 #include "dcp/baselines.h"
 #include "dcp/partition.h"
 #include "partition/annealer.h"
 #include "partition/coarsen.h"
+#include "partition/kway_partitioner.h"
 #include "partition/partition_state.h"
 #include "partition/subgraph.h"
 
@@ -756,6 +760,55 @@ TEST(PartitionBlocks, PlacesAlikeOnAnyThreadCountWhenWalksAreSplit) {
       EXPECT_EQ(one->placement.compute_device, more->placement.compute_device) << threads;
     }
   }
+}
+
+// One level of 4, 32 or 128 parts: on more than one thread the multilevel starts run beside the
+// whole rows, and those that start before the rows are known to win stop when they do. Neither
+// changes the placement.
+TEST(PartitionBlocks, PlacesAlikeOnAnyThreadCountWhetherOrNotTheRowsWin) {
+  for (uint64_t seed = 0; seed < 6; ++seed) {
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng(seed + 100);
+    const int32_t parts = std::array<int32_t, 3>{4, 32, 128}[seed % 3];
+    const BlockSet set = Blocks(RandomLengths(rng, {4, 12}, {1, 48}, 1024),
+                                seed % 2 ? "causal" : "lambda:sink=64,window=4096", 512);
+    const Topology flat{.nodes = 1, .devices_per_node = parts};
+    PartitionOptions options{.eps_compute = 0.3, .eps_memory = 100, .seed = seed};
+    auto one = PartitionBlocks(set, flat, options);
+    ASSERT_TRUE(one.ok()) << one.status().ToString();
+    for (int32_t threads : {2, 8}) {
+      options.threads = threads;
+      auto more = PartitionBlocks(set, flat, options);
+      ASSERT_TRUE(more.ok()) << more.status().ToString();
+      EXPECT_EQ(one->placement.data_device, more->placement.data_device) << threads;
+      EXPECT_EQ(one->placement.compute_device, more->placement.compute_device) << threads;
+    }
+  }
+}
+
+// A k-way run told to stop ends with an empty result; one given a stop flag that stays clear
+// runs as if it had none.
+TEST(RunKway, StopsWhenToldAndRunsAsBeforeWhenNot) {
+  const BlockSet set = Blocks({8192, 4096, 2048}, "causal", 512);
+  const Hypergraph g = BuildHypergraph(set);
+  std::vector<int32_t> subset(g.n_vertices());
+  std::iota(subset.begin(), subset.end(), 0);
+  const internal::KwayProblem problem{.graph = g,
+                                      .sequence_first_block = set.sequence_first_block,
+                                      .subset = subset,
+                                      .k = 4,
+                                      .compute_cap = 1e18,
+                                      .memory_cap = 1e18,
+                                      .seed = 1};
+  const internal::KwayStart start{.kind = internal::KwayStart::Kind::kGeometric};
+  const internal::KwayResult free_run = internal::RunKway(problem, start, 8, 2);
+  std::atomic<bool> stop{false};
+  const internal::KwayResult watched = internal::RunKway(problem, start, 8, 2, &stop);
+  EXPECT_EQ(watched.part, free_run.part);
+  EXPECT_EQ(watched.connectivity, free_run.connectivity);
+  ASSERT_EQ(free_run.part.size(), subset.size());
+  stop = true;
+  EXPECT_TRUE(internal::RunKway(problem, start, 8, 2, &stop).part.empty());
 }
 
 // A topology whose widest problem needs more partitioner tables than the bound allows is refused
