@@ -19,6 +19,8 @@ class ProgramBuilder {
     program_.pass = pass;
   }
 
+  DeviceId device() const { return program_.device; }
+
   // A new virtual buffer of this type; its id goes where a SlotId is expected.
   SlotId NewBuffer(const SlotInfo& info) {
     buffers_.push_back(info);
