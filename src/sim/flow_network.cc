@@ -19,10 +19,10 @@ FlowNetwork::FlowNetwork(std::vector<double> capacities) : capacity_(std::move(c
   for (double c : capacity_) DCP_CHECK(c > 0, "resource capacity {} is not positive", c);
   const size_t n = capacity_.size();
   left_.resize(n);
-  count_.resize(n, 0);
-  version_.resize(n, 0);
-  cursor_.resize(n, 0);
-  begin_.resize(n);
+  count_.resize(n);
+  version_.resize(n);
+  cursor_.resize(n);
+  begin_.resize(n + 1);
 }
 
 void FlowNetwork::Add(int32_t id, double bytes, int32_t a, int32_t b) {
@@ -69,46 +69,43 @@ double FlowNetwork::FirstFinish(const Class& cls) const {
 
 // Progressive filling over the active classes, each weighing its flow count: the resource with
 // the smallest fair share fixes its classes' flows at that share. Shares only change when a class
-// of the resource is fixed elsewhere; stale heap entries are recognised by their version. Only the
-// resources the active classes use are visited (a plan's network has a few per device, and most
-// are idle at any event), and their counters are left at zero for the next call.
+// of the resource is fixed elsewhere; stale heap entries are recognised by their version.
 void FlowNetwork::Share() {
-  // Per resource used, its flows (count_) and its active classes (cursor_ counts them, then as
-  // one array of positions in active_: members_[begin_[r] .. cursor_[r])).
-  used_.clear();
+  const size_t n = capacity_.size();
+  // Per resource, its flows (count_) and its active classes (cursor_, then as one array of
+  // positions in active_ indexed by begin_).
+  std::fill(count_.begin(), count_.end(), 0);
+  std::fill(cursor_.begin(), cursor_.end(), 0);
   for (int32_t c : active_) {
     for (const int32_t r : {classes_[c].a, classes_[c].b}) {
-      if (cursor_[r]++ == 0) used_.push_back(r);
       count_[r] += classes_[c].count();
+      ++cursor_[r];
     }
   }
-  int32_t next = 0;
-  for (const int32_t r : used_) {
-    begin_[r] = next;
-    next += cursor_[r];
-    cursor_[r] = begin_[r];
-    left_[r] = capacity_[r];
-  }
-  members_.resize(next);
+  begin_[0] = 0;
+  for (size_t r = 0; r < n; ++r) begin_[r + 1] = begin_[r] + cursor_[r];
+  members_.resize(begin_[n]);
+  std::copy(begin_.begin(), begin_.end() - 1, cursor_.begin());
   for (size_t i = 0; i < active_.size(); ++i) {
     members_[cursor_[classes_[active_[i]].a]++] = static_cast<int32_t>(i);
     members_[cursor_[classes_[active_[i]].b]++] = static_cast<int32_t>(i);
   }
+  std::fill(version_.begin(), version_.end(), 0);
+  std::copy(capacity_.begin(), capacity_.end(), left_.begin());
   fixed_.assign(active_.size(), 0);
 
-  // Distinct (share, resource, version) entries: the pops' order is the same whatever the order
-  // of the pushes.
-  heap_.clear();
-  for (const int32_t r : used_) heap_.emplace_back(left_[r] / count_[r], r, 0);
-  std::make_heap(heap_.begin(), heap_.end(), std::greater<>());
+  using Entry = std::tuple<double, int32_t, int32_t>;  // share, resource, version
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
+  for (size_t r = 0; r < n; ++r) {
+    if (count_[r] > 0) heap.emplace(left_[r] / count_[r], static_cast<int32_t>(r), 0);
+  }
   double level = 0;  // shares never fall below the last level; this guards rounding
-  while (!heap_.empty()) {
-    std::pop_heap(heap_.begin(), heap_.end(), std::greater<>());
-    const auto [share, r, version] = heap_.back();
-    heap_.pop_back();
+  while (!heap.empty()) {
+    const auto [share, r, version] = heap.top();
+    heap.pop();
     if (version != version_[r] || count_[r] == 0) continue;
     level = std::max(level, share);
-    for (int32_t m = begin_[r]; m < cursor_[r]; ++m) {
+    for (int32_t m = begin_[r]; m < begin_[r + 1]; ++m) {
       const int32_t i = members_[m];
       if (fixed_[i]) continue;
       fixed_[i] = 1;
@@ -118,13 +115,11 @@ void FlowNetwork::Share() {
       left_[other] = std::max(0.0, left_[other] - level * cls.count());
       count_[other] -= cls.count();
       if (count_[other] > 0) {
-        heap_.emplace_back(left_[other] / count_[other], other, ++version_[other]);
-        std::push_heap(heap_.begin(), heap_.end(), std::greater<>());
+        heap.emplace(left_[other] / count_[other], other, ++version_[other]);
       }
     }
     count_[r] = 0;
   }
-  for (const int32_t r : used_) count_[r] = cursor_[r] = version_[r] = 0;
 }
 
 double FlowNetwork::NextFinish() const {

@@ -12,7 +12,6 @@
 #include <functional>
 #include <limits>
 #include <queue>
-#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -69,12 +68,10 @@ class FlowNetwork {
   std::vector<int32_t> active_;                    // classes with running flows
   std::vector<Pending> pending_;                   // added since the last Reallocate
   double time_ = 0;
-  // Scratch space of Share, kept to avoid allocations; count_, version_ and cursor_ are zero
-  // between calls.
+  // Scratch space of Share, kept to avoid allocations.
   std::vector<double> left_;
-  std::vector<int32_t> count_, version_, cursor_, begin_, members_, used_;
+  std::vector<int32_t> count_, version_, cursor_, begin_, members_;
   std::vector<char> fixed_;
-  std::vector<std::tuple<double, int32_t, int32_t>> heap_;  // (share, resource, version)
 };
 
 }  // namespace dcp::sim
