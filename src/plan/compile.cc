@@ -258,9 +258,12 @@ class Compiler {
   }
   // The slot the device holds for `key` (an input kind), -1 while none.
   SlotId& Have(State& st, const Key& key) const {
+    DCP_CHECK(static_cast<size_t>(key.kind) < kHeldKinds, "{} is not a held kind",
+              ToString(key.kind));
     const size_t piece = PieceIndex(key.block, key.head_group);
     return st.have[piece * kHeldKinds + static_cast<size_t>(key.kind)];
   }
+  // Have's slot, which must exist.
   SlotId Held(State& st, const Key& key) const {
     const SlotId slot = Have(st, key);
     DCP_CHECK(slot >= 0, "device {} holds no {} of block {} group {}", st.builder.device().value,

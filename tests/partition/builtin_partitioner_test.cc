@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <initializer_list>
 #include <numeric>
 #include <random>
 
@@ -720,6 +721,21 @@ TEST(PartitionBlocks, MeetsBothCapsDeterministicallyOnLongAndShortSequences) {
   }
 }
 
+// Places `set` on one thread, then on each of `threads`, and expects the same placement each time.
+void ExpectPlacesAlikeOn(const BlockSet& set, const Topology& topology, PartitionOptions options,
+                         std::initializer_list<int32_t> threads) {
+  options.threads = 1;
+  auto one = PartitionBlocks(set, topology, options);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  for (int32_t t : threads) {
+    options.threads = t;
+    auto more = PartitionBlocks(set, topology, options);
+    ASSERT_TRUE(more.ok()) << more.status().ToString();
+    EXPECT_EQ(one->placement.data_device, more->placement.data_device) << t << " threads";
+    EXPECT_EQ(one->placement.compute_device, more->placement.compute_device) << t << " threads";
+  }
+}
+
 // The nodes' second-level problems are solved on any number of threads with the same result.
 TEST(PartitionBlocks, PlacesAlikeOnAnyThreadCount) {
   for (uint64_t seed = 0; seed < 6; ++seed) {
@@ -728,13 +744,7 @@ TEST(PartitionBlocks, PlacesAlikeOnAnyThreadCount) {
     const BlockSet set =
         Blocks(RandomLengths(rng, {2, 6}, {1, 40}, 1024), seed % 2 ? "causal" : "full", 512);
     const Topology topology{.nodes = 2 + static_cast<int32_t>(rng() % 5), .devices_per_node = 4};
-    PartitionOptions options{.seed = seed};
-    auto one = PartitionBlocks(set, topology, options);
-    options.threads = 3;
-    auto three = PartitionBlocks(set, topology, options);
-    ASSERT_TRUE(one.ok() && three.ok());
-    EXPECT_EQ(one->placement.data_device, three->placement.data_device);
-    EXPECT_EQ(one->placement.compute_device, three->placement.compute_device);
+    ExpectPlacesAlikeOn(set, topology, {.seed = seed}, {3});
   }
 }
 
@@ -748,17 +758,8 @@ TEST(PartitionBlocks, PlacesAlikeOnAnyThreadCountWhenWalksAreSplit) {
     const BlockSet set = Blocks(RandomLengths(rng, {40, 60}, {1, 16}, 512),
                                 seed % 2 ? "causal" : "lambda:sink=64,window=2048", 512);
     ASSERT_GE(set.data_blocks.size(), 350u);
-    const Topology flat{.nodes = 1, .devices_per_node = 128};
-    PartitionOptions options{.eps_compute = 0.5, .eps_memory = 100, .seed = seed};
-    auto one = PartitionBlocks(set, flat, options);
-    ASSERT_TRUE(one.ok()) << one.status().ToString();
-    for (int32_t threads : {2, 3}) {
-      options.threads = threads;
-      auto more = PartitionBlocks(set, flat, options);
-      ASSERT_TRUE(more.ok()) << more.status().ToString();
-      EXPECT_EQ(one->placement.data_device, more->placement.data_device) << threads;
-      EXPECT_EQ(one->placement.compute_device, more->placement.compute_device) << threads;
-    }
+    ExpectPlacesAlikeOn(set, {.nodes = 1, .devices_per_node = 128},
+                        {.eps_compute = 0.5, .eps_memory = 100, .seed = seed}, {2, 3});
   }
 }
 
@@ -772,17 +773,8 @@ TEST(PartitionBlocks, PlacesAlikeOnAnyThreadCountWhetherOrNotTheRowsWin) {
     const int32_t parts = std::array<int32_t, 3>{4, 32, 128}[seed % 3];
     const BlockSet set = Blocks(RandomLengths(rng, {4, 12}, {1, 48}, 1024),
                                 seed % 2 ? "causal" : "lambda:sink=64,window=4096", 512);
-    const Topology flat{.nodes = 1, .devices_per_node = parts};
-    PartitionOptions options{.eps_compute = 0.3, .eps_memory = 100, .seed = seed};
-    auto one = PartitionBlocks(set, flat, options);
-    ASSERT_TRUE(one.ok()) << one.status().ToString();
-    for (int32_t threads : {2, 8}) {
-      options.threads = threads;
-      auto more = PartitionBlocks(set, flat, options);
-      ASSERT_TRUE(more.ok()) << more.status().ToString();
-      EXPECT_EQ(one->placement.data_device, more->placement.data_device) << threads;
-      EXPECT_EQ(one->placement.compute_device, more->placement.compute_device) << threads;
-    }
+    ExpectPlacesAlikeOn(set, {.nodes = 1, .devices_per_node = parts},
+                        {.eps_compute = 0.3, .eps_memory = 100, .seed = seed}, {2, 8});
   }
 }
 
