@@ -3,6 +3,7 @@
 #include "partition/kway_engine.h"
 
 #include <algorithm>
+#include <bit>
 
 namespace dcp::internal {
 
@@ -17,7 +18,7 @@ KwayEngine::KwayEngine(const KwayProblem& problem)
       active_(problem.graph.n_vertices(), 0),
       data_of_part_(problem.k),
       unit_pins_(problem.graph.n_nets(), 0),
-      scratch_{.seen = std::vector<uint32_t>(problem.k, 0)} {
+      scratch_{.reached = std::vector<uint64_t>(state_.span_words(), 0)} {
   for (int32_t v : subset_) {
     in_subset_[v] = 1;
     if (!IsCompute(v)) data_vertices_.push_back(v);
@@ -93,31 +94,31 @@ void KwayEngine::RowTiles(int32_t d, std::vector<int32_t>* tiles) const {
   }
 }
 
-// Parts where v's nets already have pins.
+// Parts where v's nets already have pins, in part order.
 void KwayEngine::Candidates(int32_t v, std::vector<int32_t>* out, CandidateScratch* scratch) const {
   out->clear();
-  // Most vertices are interior (every net on one part, v's own): skip the set building.
-  if (state_.part(v) >= 0 &&
-      std::all_of(g_.incident.begin() + g_.vertex_begin[v],
-                  g_.incident.begin() + g_.vertex_begin[v + 1],
-                  [&](int32_t n) { return state_.parts_of_net(n).size() <= 1; })) {
-    out->push_back(state_.part(v));
+  const auto push_bits = [out](uint64_t bits, int32_t first) {
+    for (; bits != 0; bits &= bits - 1) out->push_back(first + std::countr_zero(bits));
+  };
+  // v's own part is among them (v is a pin of each of its nets), and the only one when v has none.
+  const int32_t own = state_.part(v);
+  const uint64_t own_bit = own >= 0 ? uint64_t{1} << (own % 64) : 0;
+  if (state_.span_words() == 1) {  // k <= 64: one word per net, no scratch
+    uint64_t reached = own_bit;
+    for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
+      reached |= state_.span(g_.incident[i])[0];
+    }
+    push_bits(reached, 0);
     return;
   }
+  std::vector<uint64_t>& reached = scratch->reached;
+  std::fill(reached.begin(), reached.end(), 0);
+  if (own >= 0) reached[own / 64] = own_bit;
   for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
-    const int32_t n = g_.incident[i];
-    for (int32_t p : state_.parts_of_net(n)) {
-      if (scratch->seen[p] != scratch->stamp) {
-        scratch->seen[p] = scratch->stamp;
-        out->push_back(p);
-      }
-    }
+    const std::span<const uint64_t> span = state_.span(g_.incident[i]);
+    for (size_t w = 0; w < reached.size(); ++w) reached[w] |= span[w];
   }
-  if (++scratch->stamp == 0) {  // wrapped: start the stamps afresh
-    std::fill(scratch->seen.begin(), scratch->seen.end(), 0);
-    scratch->stamp = 1;
-  }
-  std::sort(out->begin(), out->end());
+  for (size_t w = 0; w < reached.size(); ++w) push_bits(reached[w], static_cast<int32_t>(64 * w));
 }
 
 // Moves v to part `to`, keeping data_of_part_ current. Activates the pins of each net whose span

@@ -63,11 +63,10 @@ class KwayEngine {
   // ForEachRowTile's tiles into *tiles (cleared first): in pin order for one row net, in vertex
   // order for more.
   void RowTiles(int32_t d, std::vector<int32_t>* tiles) const;
-  // Candidates' scratch: seen[p] == stamp when p is already in the list being built. One per
+  // Candidates' scratch: the bitset of the parts v's nets reach (PartitionState::span). One per
   // thread that lists candidates.
   struct CandidateScratch {
-    std::vector<uint32_t> seen;
-    uint32_t stamp = 1;
+    std::vector<uint64_t> reached;
   };
   void Candidates(int32_t v, std::vector<int32_t>* out, CandidateScratch* scratch) const;
   void Candidates(int32_t v, std::vector<int32_t>* out) { Candidates(v, out, &scratch_); }

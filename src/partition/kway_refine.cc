@@ -152,7 +152,7 @@ std::vector<std::pair<int64_t, int32_t>> KwayEngine::FirstGains() const {
   const size_t n_pieces = (subset_.size() + kPiece - 1) / kPiece;
   std::vector<std::pair<int64_t, int32_t>> gains(subset_.size());
   ParallelFor(static_cast<int32_t>(n_pieces), problem_.threads, [&](int32_t i) {
-    CandidateScratch scratch{.seen = std::vector<uint32_t>(k_, 0)};
+    CandidateScratch scratch{.reached = std::vector<uint64_t>(state_.span_words(), 0)};
     std::vector<int32_t> candidates;
     int32_t to = -1;
     const size_t end = std::min(subset_.size(), (i + 1) * kPiece);

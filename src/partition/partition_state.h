@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // A k-way partition of a hypergraph's vertices, with what moves and their km1 changes need kept
 // current vertex by vertex: each part's compute and memory load, each net's pins per part and the
-// parts it spans, and the connectivity sum (each net's weight times the parts it spans; km1 is
-// that minus the weight of the nets touched). The k-way engine (kway_engine.h) and the annealer
-// (annealer.cc) each hold one. Internal to src/partition.
+// parts it spans (a bitset), and the connectivity sum (each net's weight times the parts it spans;
+// km1 is that minus the weight of the nets touched). The k-way engine (kway_engine.h) and the
+// annealer (annealer.cc) each hold one. Internal to src/partition.
 #pragma once
 
 #include <algorithm>
@@ -40,10 +40,9 @@ class PartitionState {
         part_(std::move(part)),
         compute_(k, 0),
         memory_(k, 0),
+        words_((k + 63) / 64),
         pin_count_(static_cast<size_t>(g.n_nets()) * k, 0),
-        parts_of_net_(pin_count_.size(), 0),
-        index_in_net_(pin_count_.size(), 0),
-        n_parts_of_net_(g.n_nets(), 0) {}
+        span_(static_cast<size_t>(g.n_nets()) * words_, 0) {}
 
   // The label of every vertex of the graph (-1: none).
   const std::vector<int32_t>& parts() const { return part_; }
@@ -53,10 +52,13 @@ class PartitionState {
   const std::vector<int64_t>& memory() const { return memory_; }
   // Pins of net n on part p.
   int32_t pins(int32_t n, int32_t p) const { return pin_count_[Slot(n, p)]; }
-  // The parts net n has pins on, in no particular order.
-  std::span<const int32_t> parts_of_net(int32_t n) const {
-    return {parts_of_net_.data() + Slot(n, 0), static_cast<size_t>(n_parts_of_net_[n])};
+  // The parts net n has pins on, as a bitset: bit p % 64 of word p / 64 of the span is set when
+  // the net has a pin on part p.
+  std::span<const uint64_t> span(int32_t n) const {
+    return {span_.data() + static_cast<size_t>(n) * words_, static_cast<size_t>(words_)};
   }
+  // Words per span() bitset.
+  int32_t span_words() const { return words_; }
   // Each net's weight times the parts it spans, over the assigned vertices' nets.
   int64_t connectivity() const { return connectivity_; }
 
@@ -88,8 +90,7 @@ class PartitionState {
       const int32_t n = g_.incident[i];
       if (pin_count_[Slot(n, p)]++ == 0) {
         connectivity_ += g_.net_weight[n];
-        index_in_net_[Slot(n, p)] = n_parts_of_net_[n];
-        parts_of_net_[Slot(n, n_parts_of_net_[n]++)] = p;
+        SpanWord(n, p) |= SpanBit(p);
       }
     }
   }
@@ -101,9 +102,7 @@ class PartitionState {
       const int32_t n = g_.incident[i];
       if (--pin_count_[Slot(n, p)] == 0) {
         connectivity_ -= g_.net_weight[n];
-        const int32_t last = parts_of_net_[Slot(n, --n_parts_of_net_[n])];
-        parts_of_net_[Slot(n, index_in_net_[Slot(n, p)])] = last;
-        index_in_net_[Slot(n, last)] = index_in_net_[Slot(n, p)];
+        SpanWord(n, p) &= ~SpanBit(p);
       }
     }
     part_[v] = -1;
@@ -166,16 +165,20 @@ class PartitionState {
 
  private:
   size_t Slot(int32_t net, int32_t p) const { return static_cast<size_t>(net) * k_ + p; }
+  uint64_t& SpanWord(int32_t net, int32_t p) {
+    return span_[static_cast<size_t>(net) * words_ + p / 64];
+  }
+  static uint64_t SpanBit(int32_t p) { return uint64_t{1} << (p % 64); }
 
   const Hypergraph& g_;
   int32_t k_;
   std::vector<int32_t> part_;
   std::vector<int64_t> compute_, memory_;
+  int32_t words_;                   // per span bitset: ceil(k / 64)
   std::vector<int32_t> pin_count_;  // per (net, part): pins of the net on the part
-  // Per net, the parts it has pins on: parts_of_net_[Slot(n, 0 .. n_parts_of_net_[n])], with
-  // index_in_net_[Slot(n, p)] the place of p there; kept so that the parts a vertex's nets span
-  // cost their number, not k per net.
-  std::vector<int32_t> parts_of_net_, index_in_net_, n_parts_of_net_;
+  // Per net, the bitset of the parts it has pins on (span()): the parts a vertex's nets reach are
+  // the OR of a few words per net, already in part order.
+  std::vector<uint64_t> span_;
   int64_t connectivity_ = 0;  // sum over nets of weight x parts spanned
 };
 

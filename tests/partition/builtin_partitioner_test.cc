@@ -119,7 +119,8 @@ TEST(PartitionBlocks, LevelsMemoryWhenTheCapCannotHold) {
     const Topology topology{.nodes = 4, .devices_per_node = 8};
     // Seed 0: the LongAlign-like batch of `dcp place --dataset longalign --scale 4 --seed 1`.
     const int64_t full = seed == 0 ? 98 : 3 * 32 + 1 + static_cast<int64_t>(rng() % 10);
-    const int64_t tokens = seed == 0 ? 100787 : full * 1024 + 1 + static_cast<int64_t>(rng() % 1000);
+    const int64_t tokens =
+        seed == 0 ? 100787 : full * 1024 + 1 + static_cast<int64_t>(rng() % 1000);
     const char* mask = seed % 2 ? "causal" : "lambda";
     auto batch = Batch::Create({tokens}, {*MaskSpec::Parse(mask)}, AttentionShape{});
     ASSERT_TRUE(batch.ok());
@@ -189,7 +190,8 @@ TEST(PartitionBlocks, MovesFewerBytesThanZigzagWithinItsTolerance) {
        {LengthDistribution::kLongDataCollections, LengthDistribution::kLongAlign}) {
     for (uint64_t seed : {1, 2, 3}) {
       SCOPED_TRACE(::testing::Message() << ToString(distribution) << " seed " << seed);
-      auto lengths = SyntheticBatch({.distribution = distribution, .scale = 1, .seed = seed}, 65536);
+      auto lengths =
+          SyntheticBatch({.distribution = distribution, .scale = 1, .seed = seed}, 65536);
       ASSERT_TRUE(lengths.ok());
       auto batch =
           Batch::Create(*lengths, std::vector<MaskSpec>(lengths->size()), AttentionShape{});
@@ -305,6 +307,38 @@ TEST(PartitionState, MayGainWheneverAMoveLowersKm1) {
   }
   EXPECT_GT(improvable, 0);
   EXPECT_GT(skipped, 0);
+}
+
+// span(n) is the set of parts net n has pins on, counted from scratch, through assignments and
+// moves, for part counts on both sides of each 64-part word (the k-way engine lists a vertex's
+// candidate parts from it).
+TEST(PartitionState, SpanIsThePartsANetHasPinsOn) {
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    const auto [set, g, unused_k] = MakeStateCase(seed, rng);
+    for (const int32_t k : {3, 64, 65, 130}) {
+      SCOPED_TRACE(k);
+      std::vector<int32_t> part = RunsWithStrays(g, AllVertices(g), k, rng);
+      internal::PartitionState state(g, k, std::vector<int32_t>(g.n_vertices(), -1));
+      for (int32_t v = 0; v < g.n_vertices(); ++v) state.Assign(v, part[v]);
+      for (int step = 0; step < 300; ++step) {
+        const auto v = static_cast<int32_t>(rng() % g.n_vertices());
+        part[v] = static_cast<int32_t>(rng() % k);
+        state.Move(v, part[v]);
+      }
+      EXPECT_EQ(state.span_words(), (k + 63) / 64);
+      for (int32_t n = 0; n < g.n_nets(); ++n) {
+        std::vector<uint64_t> expected(state.span_words(), 0);
+        for (int32_t j = g.net_begin[n]; j < g.net_begin[n + 1]; ++j) {
+          const int32_t p = part[g.pins[j]];
+          expected[p / 64] |= uint64_t{1} << (p % 64);
+        }
+        const std::span<const uint64_t> span = state.span(n);
+        ASSERT_EQ(std::vector<uint64_t>(span.begin(), span.end()), expected) << "net " << n;
+      }
+    }
+  }
 }
 
 // The annealer prices a swap of two vertices with SwapDelta: the km1 change counted from scratch,
@@ -471,7 +505,6 @@ TEST(PartitionBlocks, MeetsBothCapsAfterUncoarseningOnRandomBatches) {
 namespace dcp {
 namespace {
 
-
 // Every run of rows_per_vertex rows of a sequence (the data blocks of the subset and the tiles of
 // the subset that read their queries) is one coarse vertex, weights sum, and a projected partition
 // moves exactly what the row hypergraph prices.
@@ -582,9 +615,9 @@ TEST(ExtractSubgraph, KeepsTheSubsetsPinsAndPricesPartitionsAsTheParent) {
     for (int32_t v = 0; v < s.n_vertices(); ++v) {  // the incidence is the pins' transpose
       for (int32_t i = s.vertex_begin[v]; i < s.vertex_begin[v + 1]; ++i) {
         const int32_t n = s.incident[i];
-        EXPECT_NE(std::find(s.pins.begin() + s.net_begin[n], s.pins.begin() + s.net_begin[n + 1],
-                            v),
-                  s.pins.begin() + s.net_begin[n + 1]);
+        EXPECT_NE(
+            std::find(s.pins.begin() + s.net_begin[n], s.pins.begin() + s.net_begin[n + 1], v),
+            s.pins.begin() + s.net_begin[n + 1]);
       }
     }
     std::vector<int32_t> sub_part(s.n_vertices(), -1), parent_part(g.n_vertices(), -1);
@@ -684,9 +717,8 @@ TEST(Anneal, SwapsGatherTheSequencesWhenEveryPartIsFull) {
   for (uint64_t seed = 0; seed < 4; ++seed) {
     SCOPED_TRACE(seed);
     std::vector<int32_t> annealed = part;
-    const int64_t km1 =
-        internal::Anneal(rows.graph, rows.subset, k, static_cast<double>(compute), memory_cap,
-                         {.steps = 40000, .seed = seed}, &annealed);
+    const int64_t km1 = internal::Anneal(rows.graph, rows.subset, k, static_cast<double>(compute),
+                                         memory_cap, {.steps = 40000, .seed = seed}, &annealed);
     EXPECT_EQ(km1, 0);
     EXPECT_EQ(Km1(rows.graph, annealed), 0);
   }
@@ -711,8 +743,8 @@ TEST(PartitionBlocks, MeetsBothCapsDeterministicallyOnLongAndShortSequences) {
     // Blocks are all 1024 tokens, so the memory cap holds only when whole blocks can fill it.
     const int64_t blocks = static_cast<int64_t>(set.data_blocks.size());
     const int64_t devices = topology.devices();
-    const auto per_device = static_cast<int64_t>(1.05 * static_cast<double>(blocks) /
-                                                 static_cast<double>(devices));
+    const auto per_device =
+        static_cast<int64_t>(1.05 * static_cast<double>(blocks) / static_cast<double>(devices));
     if (per_device * devices >= blocks) {
       EXPECT_TRUE(a->balanced);
     }
