@@ -102,7 +102,7 @@ void KwayEngine::Candidates(int32_t v, std::vector<int32_t>* out, CandidateScrat
   };
   // v's own part is among them (v is a pin of each of its nets), and the only one when v has none.
   const int32_t own = state_.part(v);
-  const uint64_t own_bit = own >= 0 ? uint64_t{1} << (own % 64) : 0;
+  const uint64_t own_bit = own >= 0 ? PartitionState::SpanBit(own) : 0;
   if (state_.span_words() == 1) {  // k <= 64: one word per net, no scratch
     uint64_t reached = own_bit;
     for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {

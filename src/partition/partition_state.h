@@ -59,6 +59,8 @@ class PartitionState {
   }
   // Words per span() bitset.
   int32_t span_words() const { return words_; }
+  // Part p's bit in word p / 64 of a span() bitset.
+  static uint64_t SpanBit(int32_t p) { return uint64_t{1} << (p % 64); }
   // Each net's weight times the parts it spans, over the assigned vertices' nets.
   int64_t connectivity() const { return connectivity_; }
 
@@ -168,7 +170,6 @@ class PartitionState {
   uint64_t& SpanWord(int32_t net, int32_t p) {
     return span_[static_cast<size_t>(net) * words_ + p / 64];
   }
-  static uint64_t SpanBit(int32_t p) { return uint64_t{1} << (p % 64); }
 
   const Hypergraph& g_;
   int32_t k_;
