@@ -103,10 +103,13 @@ int64_t Anneal(const Hypergraph& g, const std::vector<int32_t>& subset, int32_t 
 
   SplitMix64 rng(options.seed);
   const auto uniform = [&rng] { return static_cast<double>(rng() >> 11) * 0x1.0p-53; };
-  // A number in [0, bound): the high half of a 32-bit draw times bound (no division).
-  const auto pick = [&rng](size_t bound) {
-    return static_cast<size_t>(((rng() >> 32) * static_cast<uint64_t>(bound)) >> 32);
+  // A step's choices come two or three from one 64-bit draw (a draw was over a quarter of a
+  // step's instructions when each choice took its own): a number in [0, bound) is `bits` random
+  // bits times bound, shifted down by `bits` (no division).
+  const auto scale = [](uint64_t random_bits, int bits, size_t bound) {
+    return static_cast<size_t>((random_bits * static_cast<uint64_t>(bound)) >> bits);
   };
+  constexpr uint64_t kLow32 = 0xffffffffu;
   const auto accept = [&](int64_t delta) {
     return delta <= 0 || uniform() < std::exp(-static_cast<double>(delta) / heat);
   };
@@ -129,22 +132,29 @@ int64_t Anneal(const Hypergraph& g, const std::vector<int32_t>& subset, int32_t 
     }
   };
   // The part of a pin of one of v's nets (any part when v has no nets; -1 for a pin outside the
-  // subset): where a move or swap of v can share a net.
-  const auto neighbour_part = [&](int32_t v) {
+  // subset): where a move or swap of v can share a net. The net comes from the draw's high half,
+  // the pin from its low half.
+  const auto neighbour_part = [&](int32_t v, uint64_t draw) {
     const int32_t degree = g.vertex_begin[v + 1] - g.vertex_begin[v];
-    if (degree == 0) return static_cast<int32_t>(pick(static_cast<size_t>(k)));
-    const int32_t net = g.incident[g.vertex_begin[v] + static_cast<int32_t>(pick(degree))];
+    if (degree == 0) return static_cast<int32_t>(scale(draw >> 32, 32, static_cast<size_t>(k)));
+    const int32_t net =
+        g.incident[g.vertex_begin[v] + static_cast<int32_t>(scale(draw >> 32, 32, degree))];
     const size_t size = g.net_begin[net + 1] - g.net_begin[net];
-    return state.part_of(g.pins[g.net_begin[net] + static_cast<int32_t>(pick(size))]);
+    return state.part_of(
+        g.pins[g.net_begin[net] + static_cast<int32_t>(scale(draw & kLow32, 32, size))]);
   };
   for (int64_t step = 0; step < options.steps; ++step, heat *= cooling) {
-    const int32_t v = subset[pick(n)];
+    // The first draw: the vertex (high half), move or swap (bit 0), the swap's partner (bits
+    // 1-31); the second: the neighbouring part.
+    const uint64_t draw = rng();
+    const int32_t v = subset[scale(draw >> 32, 32, n)];
     const int32_t from = state.part_of(v);
     const int64_t cv = g.compute_weight[v], mv = g.memory_weight[v];
-    if (rng() & 1) {
+    const int32_t to = neighbour_part(v, rng());
+    if (to < 0 || to == from) continue;
+    if (draw & 1) {
       // A move to a neighbouring part.
-      const int32_t to = neighbour_part(v);
-      if (to < 0 || to == from || !state.MayChange(to, cv, mv)) continue;
+      if (!state.MayChange(to, cv, mv)) continue;
       const int64_t delta = state.MoveDelta(v, to);
       if (!accept(delta)) continue;
       before_leaving(delta);
@@ -153,9 +163,9 @@ int64_t Anneal(const Hypergraph& g, const std::vector<int32_t>& subset, int32_t 
       // A swap with a vertex of a neighbouring part. (A partner drawn from every part, as before,
       // is almost always on a part none of v's nets reach once parts are many: 95% of those
       // swaps were priced and refused at 128 parts.)
-      const int32_t to = neighbour_part(v);
-      if (to < 0 || to == from || state.members(to).empty()) continue;
-      const int32_t u = state.members(to)[pick(state.members(to).size())];
+      const std::vector<int32_t>& others = state.members(to);
+      if (others.empty()) continue;
+      const int32_t u = others[scale((draw & kLow32) >> 1, 31, others.size())];
       const int64_t cu = g.compute_weight[u], mu = g.memory_weight[u];
       if (!state.MayChange(to, cv - cu, mv - mu) || !state.MayChange(from, cu - cv, mu - mv)) {
         continue;
