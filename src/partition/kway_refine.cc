@@ -107,9 +107,9 @@ bool KwayEngine::FmPass() {
       heap.push({now, v});
       continue;
     }
-    const int32_t from = state_.part(v);
+    const int32_t from = state_.part(v), moved_to = to;
     moves.emplace_back(v, from);
-    state_.Move(v, to);
+    state_.Move(v, moved_to);
     locked[v] = 1;
     if (state_.connectivity() < best) {
       best = state_.connectivity();
@@ -118,19 +118,30 @@ bool KwayEngine::FmPass() {
     } else {
       ++since_best;
     }
-    // Only the gains the move raised are pushed again: every pin's move to `to` when the net has
-    // just reached it, and the move out of the net's last pin on `from`. A gain it lowered is
-    // found stale when popped (above) and pushed back at its value.
+    // Only the gains the move raised are pushed again. Where a net has just reached moved_to,
+    // each pin's move there gained, and only that move: its price is pushed (the pin's other
+    // moves did not gain, so its best is still at most an entry already in the heap, and a
+    // popped entry is priced whole). Where a net has one pin left on `from`, every move of that
+    // pin gained: its best move is pushed. A gain the move lowered is found stale when popped
+    // (above) and pushed back at its value.
     for (int32_t i = g_.vertex_begin[v]; i < g_.vertex_begin[v + 1]; ++i) {
       const int32_t n = g_.incident[i];
       if (g_.net_begin[n + 1] - g_.net_begin[n] > kFmNeighbourNetSize) continue;
-      const bool reached = state_.pins(n, to) == 1;
-      if (!reached && state_.pins(n, from) != 1) continue;
+      const bool reached = state_.pins(n, moved_to) == 1;
+      const bool one_left = state_.pins(n, from) == 1;
+      if (!reached && !one_left) continue;
       for (int32_t j = g_.net_begin[n]; j < g_.net_begin[n + 1]; ++j) {
         const int32_t u = g_.pins[j];
-        if (locked[u] || !in_subset_[u] || (!reached && state_.part(u) != from)) continue;
-        const int64_t g = BestMove(u, &candidates, &to);
-        if (to >= 0) heap.push({g, u});
+        if (locked[u] || !in_subset_[u]) continue;
+        const int32_t at = state_.part(u);
+        if (one_left && at == from) {
+          int32_t best_to = -1;
+          const int64_t g = BestMove(u, &candidates, &best_to);
+          if (best_to >= 0) heap.push({g, u});
+        } else if (reached && at != moved_to &&
+                   Fits(moved_to, g_.compute_weight[u], g_.memory_weight[u])) {
+          heap.push({-state_.MoveDelta(u, moved_to), u});
+        }
       }
     }
   }
