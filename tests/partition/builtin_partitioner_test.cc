@@ -835,6 +835,61 @@ TEST(RunKway, StopsWhenToldAndRunsAsBeforeWhenNot) {
   EXPECT_TRUE(internal::RunKway(problem, start, 8, 2, &stop).part.empty());
 }
 
+// The km1 change of moving v to part `to`, counted from scratch on v's nets.
+int64_t MoveKm1Change(const Hypergraph& g, std::vector<int32_t> part, int32_t v, int32_t to) {
+  const auto spanned = [&](int32_t n) {
+    std::vector<int32_t> parts;
+    for (int32_t i = g.net_begin[n]; i < g.net_begin[n + 1]; ++i) parts.push_back(part[g.pins[i]]);
+    std::sort(parts.begin(), parts.end());
+    return static_cast<int64_t>(std::unique(parts.begin(), parts.end()) - parts.begin());
+  };
+  int64_t change = 0;
+  for (int32_t i = g.vertex_begin[v]; i < g.vertex_begin[v + 1]; ++i)
+    change -= g.net_weight[g.incident[i]] * spanned(g.incident[i]);
+  part[v] = to;
+  for (int32_t i = g.vertex_begin[v]; i < g.vertex_begin[v + 1]; ++i)
+    change += g.net_weight[g.incident[i]] * spanned(g.incident[i]);
+  return change;
+}
+
+// An FM pass moves the vertex of best gain each time and keeps the best prefix of its moves, so
+// where it ends no vertex it did not move can lower km1 by a move: that move would have been the
+// next one taken and would have ended lower. (Caps are loose, so every move fits.)
+TEST(RunKway, AnFmPassLeavesNoVertexItDidNotMoveAMoveThatLowersKm1) {
+  int64_t moved = 0;
+  for (uint64_t seed = 0; seed < 40; ++seed) {
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    const std::vector<int64_t> lengths = RandomLengths(rng, {2, 6}, {1000, 8000});
+    const BlockSet set = Blocks(lengths, seed % 2 ? "causal" : "lambda:sink=16,window=700", 256);
+    const Hypergraph g = BuildHypergraph(set);
+    const int32_t k = 2 + static_cast<int32_t>(seed % 7);
+    const std::vector<int32_t> all = AllVertices(g);
+    const std::vector<int32_t> start = RunsWithStrays(g, all, k, rng);
+    const internal::KwayProblem problem{.graph = g,
+                                        .sequence_first_block = set.sequence_first_block,
+                                        .subset = all,
+                                        .k = k,
+                                        .compute_cap = 1e18,
+                                        .memory_cap = 1e18,
+                                        .seed = seed};
+    const internal::KwayResult result = internal::RunKway(
+        problem, {.kind = internal::KwayStart::Kind::kGiven, .given = &start}, /*rounds=*/0,
+        /*fm_passes=*/1);
+    EXPECT_LE(Km1(g, result.part), Km1(g, start));
+    for (int32_t v = 0; v < g.n_vertices(); ++v) {
+      if (result.part[v] != start[v]) {
+        ++moved;
+        continue;
+      }
+      for (int32_t to = 0; to < k; ++to) {
+        EXPECT_GE(MoveKm1Change(g, result.part, v, to), 0) << "vertex " << v << " to part " << to;
+      }
+    }
+  }
+  EXPECT_GT(moved, 0);
+}
+
 // A topology whose widest problem needs more partitioner tables than the bound allows is refused
 // with the reason, before anything is allocated for it.
 TEST(PartitionBlocks, RefusesATopologyWhoseTablesWouldNotFit) {
