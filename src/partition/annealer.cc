@@ -103,9 +103,9 @@ int64_t Anneal(const Hypergraph& g, const std::vector<int32_t>& subset, int32_t 
 
   SplitMix64 rng(options.seed);
   const auto uniform = [&rng] { return static_cast<double>(rng() >> 11) * 0x1.0p-53; };
-  // A step's choices come two or three from one 64-bit draw (a draw was over a quarter of a
-  // step's instructions when each choice took its own): a number in [0, bound) is `bits` random
-  // bits times bound, shifted down by `bits` (no division).
+  // A step's five choices share two 64-bit draws (a draw per choice made the generator over a
+  // quarter of a step's instructions): a number in [0, bound) is `bits` random bits times bound,
+  // shifted down by `bits` (no division).
   const auto scale = [](uint64_t random_bits, int bits, size_t bound) {
     return static_cast<size_t>((random_bits * static_cast<uint64_t>(bound)) >> bits);
   };
