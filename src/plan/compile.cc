@@ -30,6 +30,7 @@
 // aggregator in B(n), right after it, and the sums cross in the output exchange.
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <span>
 #include <type_traits>
 #include <unordered_map>
@@ -332,6 +333,21 @@ class Compiler {
       f(Key{cb.kv_block.value, cb.head_group, TensorKind::kDKV});
     }
   }
+  // Drops a result key equal to the last one of its kind passed in: a device's tiles come in q
+  // block order, so O and dQ keys repeat along each row (the forward pass's sorts and hash
+  // lookups were one key per tile).
+  class RepeatFilter {
+   public:
+    bool IsNew(const Key& key) {
+      std::optional<Key>& last = last_[key.kind == TensorKind::kDKV ? 1 : 0];
+      if (last == key) return false;
+      last = key;
+      return true;
+    }
+
+   private:
+    std::optional<Key> last_[2];  // the last O or dQ key, the last dKV key
+  };
   void SendReturns(State& st, DeviceId device, Pass pass, int32_t launch_division, PeerLists& sends,
                    PeerLists& recvs) const;
   // Whether B(n) follows the last division, for partials summed inside a node.
@@ -397,8 +413,11 @@ std::vector<Compiler::LastTile> Compiler::LastTiles(Pass pass, int32_t threads) 
   const auto of_device = [&](int32_t d) {
     std::unordered_map<Key, int32_t, KeyHash> latest;
     for (int32_t t = 0; t < schedule_.n_divisions; ++t) {  // ascending, so the last one stays
+      RepeatFilter repeats;
       for (int32_t c : TilesOf(d, t)) {
-        ForEachResultKey(blocks_.compute_blocks[c], pass, [&](const Key& key) { latest[key] = t; });
+        ForEachResultKey(blocks_.compute_blocks[c], pass, [&](const Key& key) {
+          if (repeats.IsNew(key)) latest[key] = t;
+        });
       }
     }
     std::vector<std::pair<Key, int32_t>> sorted(latest.begin(), latest.end());
@@ -717,10 +736,12 @@ void Compiler::Compute(State& st, DeviceId device, Pass pass, int32_t division) 
 // (the order of its accumulator map).
 std::vector<Compiler::Key> Compiler::PartialKeys(int32_t device, Pass pass) const {
   std::vector<Key> keys;
+  RepeatFilter repeats;
   for (int32_t t = 0; t < schedule_.n_divisions; ++t) {
     for (int32_t c : TilesOf(device, t)) {
-      ForEachResultKey(blocks_.compute_blocks[c], pass,
-                       [&](const Key& key) { keys.push_back(key); });
+      ForEachResultKey(blocks_.compute_blocks[c], pass, [&](const Key& key) {
+        if (repeats.IsNew(key)) keys.push_back(key);
+      });
     }
   }
   std::vector<Key> gone;          // returned early, or (backward) carried away
