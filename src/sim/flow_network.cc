@@ -22,7 +22,7 @@ FlowNetwork::FlowNetwork(std::vector<double> capacities) : capacity_(std::move(c
   count_.resize(n);
   version_.resize(n);
   cursor_.resize(n);
-  begin_.resize(n + 1);
+  begin_.resize(n);
 }
 
 void FlowNetwork::Add(int32_t id, double bytes, int32_t a, int32_t b) {
@@ -69,43 +69,60 @@ double FlowNetwork::FirstFinish(const Class& cls) const {
 
 // Progressive filling over the active classes, each weighing its flow count: the resource with
 // the smallest fair share fixes its classes' flows at that share. Shares only change when a class
-// of the resource is fixed elsewhere; stale heap entries are recognised by their version.
+// of the resource is fixed elsewhere; stale heap entries are recognised by their version. Only
+// the resources the active classes cross are touched (the per-resource tables are zero between
+// calls): a pass of a baseline over 16x8 has hundreds of events with a few classes each, and
+// clearing every resource's entries at each of them was most of the sharing's time.
 void FlowNetwork::Share() {
-  const size_t n = capacity_.size();
-  // Per resource, its flows (count_) and its active classes (cursor_, then as one array of
-  // positions in active_ indexed by begin_).
-  std::fill(count_.begin(), count_.end(), 0);
-  std::fill(cursor_.begin(), cursor_.end(), 0);
+  // Per crossed resource (touched_), its flows (count_) and its active classes, as one array of
+  // positions in active_ (members_[begin_[r] .. cursor_[r]), in active_ order).
+  touched_.clear();
   for (int32_t c : active_) {
     for (const int32_t r : {classes_[c].a, classes_[c].b}) {
+      if (cursor_[r]++ == 0) touched_.push_back(r);
       count_[r] += classes_[c].count();
-      ++cursor_[r];
     }
   }
-  begin_[0] = 0;
-  for (size_t r = 0; r < n; ++r) begin_[r + 1] = begin_[r] + cursor_[r];
-  members_.resize(begin_[n]);
-  std::copy(begin_.begin(), begin_.end() - 1, cursor_.begin());
+  int32_t members = 0;
+  for (int32_t r : touched_) {
+    begin_[r] = members;
+    members += cursor_[r];
+    cursor_[r] = begin_[r];
+  }
+  members_.resize(members);
   for (size_t i = 0; i < active_.size(); ++i) {
     members_[cursor_[classes_[active_[i]].a]++] = static_cast<int32_t>(i);
     members_[cursor_[classes_[active_[i]].b]++] = static_cast<int32_t>(i);
   }
-  std::fill(version_.begin(), version_.end(), 0);
-  std::copy(capacity_.begin(), capacity_.end(), left_.begin());
   fixed_.assign(active_.size(), 0);
+  // A class alone on both its resources gets the smaller of their shares: what the filling
+  // below would give it, without its heap entries (a ring's or TE's classes all are).
+  for (size_t i = 0; i < active_.size(); ++i) {
+    Class& cls = classes_[active_[i]];
+    if (cursor_[cls.a] - begin_[cls.a] != 1 || cursor_[cls.b] - begin_[cls.b] != 1) continue;
+    cls.rate = std::min(capacity_[cls.a], capacity_[cls.b]) / cls.count();
+    fixed_[i] = 1;
+    count_[cls.a] = count_[cls.b] = 0;
+  }
 
-  using Entry = std::tuple<double, int32_t, int32_t>;  // share, resource, version
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
-  for (size_t r = 0; r < n; ++r) {
-    if (count_[r] > 0) heap.emplace(left_[r] / count_[r], static_cast<int32_t>(r), 0);
+  // (share, resource, version), smallest share on top. Entries are distinct, so the order they
+  // are pushed in does not change the order they come off.
+  const auto later = std::greater<>();
+  heap_.clear();
+  for (int32_t r : touched_) {
+    if (count_[r] == 0) continue;
+    left_[r] = capacity_[r];
+    heap_.emplace_back(left_[r] / count_[r], r, 0);
+    std::push_heap(heap_.begin(), heap_.end(), later);
   }
   double level = 0;  // shares never fall below the last level; this guards rounding
-  while (!heap.empty()) {
-    const auto [share, r, version] = heap.top();
-    heap.pop();
+  while (!heap_.empty()) {
+    std::pop_heap(heap_.begin(), heap_.end(), later);
+    const auto [share, r, version] = heap_.back();
+    heap_.pop_back();
     if (version != version_[r] || count_[r] == 0) continue;
     level = std::max(level, share);
-    for (int32_t m = begin_[r]; m < begin_[r + 1]; ++m) {
+    for (int32_t m = begin_[r]; m < cursor_[r]; ++m) {
       const int32_t i = members_[m];
       if (fixed_[i]) continue;
       fixed_[i] = 1;
@@ -115,10 +132,16 @@ void FlowNetwork::Share() {
       left_[other] = std::max(0.0, left_[other] - level * cls.count());
       count_[other] -= cls.count();
       if (count_[other] > 0) {
-        heap.emplace(left_[other] / count_[other], other, ++version_[other]);
+        heap_.emplace_back(left_[other] / count_[other], other, ++version_[other]);
+        std::push_heap(heap_.begin(), heap_.end(), later);
       }
     }
     count_[r] = 0;
+  }
+  for (int32_t r : touched_) {
+    count_[r] = 0;
+    cursor_[r] = 0;
+    version_[r] = 0;
   }
 }
 

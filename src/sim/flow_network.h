@@ -12,6 +12,7 @@
 #include <functional>
 #include <limits>
 #include <queue>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -68,10 +69,12 @@ class FlowNetwork {
   std::vector<int32_t> active_;                    // classes with running flows
   std::vector<Pending> pending_;                   // added since the last Reallocate
   double time_ = 0;
-  // Scratch space of Share, kept to avoid allocations.
+  // Scratch space of Share, kept to avoid allocations; count_, version_ and cursor_ are zero
+  // between calls.
   std::vector<double> left_;
-  std::vector<int32_t> count_, version_, cursor_, begin_, members_;
+  std::vector<int32_t> count_, version_, cursor_, begin_, members_, touched_;
   std::vector<char> fixed_;
+  std::vector<std::tuple<double, int32_t, int32_t>> heap_;
 };
 
 }  // namespace dcp::sim
