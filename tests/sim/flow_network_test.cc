@@ -186,7 +186,9 @@ std::vector<double> NetworkFinishes(const std::vector<double>& capacity,
 TEST(FlowNetwork, FinishTimesMatchWaterFillingFromScratchOnRandomNetworks) {
   for (uint64_t seed = 0; seed < 300; ++seed) {
     std::mt19937_64 rng(seed);
-    const auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<>(lo, hi)(rng); };
+    const auto uniform = [&](int lo, int hi) {
+      return std::uniform_int_distribution<>(lo, hi)(rng);
+    };
     // Few resources crowd flows into shared classes and resources; many leave classes alone.
     std::vector<double> capacity(uniform(2, 12));
     for (double& c : capacity) c = 10.0 * uniform(1, 8);
