@@ -25,9 +25,7 @@ KwayEngine::KwayEngine(const KwayProblem& problem)
   }
 }
 
-KwayResult KwayEngine::Run(const KwayStart& start, int rounds, int fm_passes,
-                           const std::atomic<bool>* stop) {
-  const auto stopped = [stop] { return stop != nullptr && stop->load(); };
+const std::vector<int32_t>& KwayEngine::Place(const KwayStart& start) {
   switch (start.kind) {
     case KwayStart::Kind::kGeometric:
       GeometricPlacement(start.stretch);
@@ -45,6 +43,11 @@ KwayResult KwayEngine::Run(const KwayStart& start, int rounds, int fm_passes,
       for (int32_t v : subset_) state_.Assign(v, (*start.given)[v]);
       break;
   }
+  return state_.parts();
+}
+
+KwayResult KwayEngine::Refine(int rounds, int fm_passes, const std::atomic<bool>* stop) {
+  const auto stopped = [stop] { return stop != nullptr && stop->load(); };
   ActivateAll();
   for (int r = 0; r < rounds && !stopped(); ++r) {
     if (!RefineRound()) break;
@@ -73,7 +76,19 @@ KwayResult KwayEngine::Run(const KwayStart& start, int rounds, int fm_passes,
 
 KwayResult RunKway(const KwayProblem& problem, const KwayStart& start, int rounds, int fm_passes,
                    const std::atomic<bool>* stop) {
-  return KwayEngine(problem).Run(start, rounds, fm_passes, stop);
+  KwayEngine engine(problem);
+  engine.Place(start);
+  return engine.Refine(rounds, fm_passes, stop);
+}
+
+std::optional<KwayResult> RunKwayFromNewPlacement(const KwayProblem& problem,
+                                                  const KwayStart& start, int rounds, int fm_passes,
+                                                  std::vector<std::vector<int32_t>>* placed) {
+  KwayEngine engine(problem);
+  const std::vector<int32_t>& part = engine.Place(start);
+  if (std::find(placed->begin(), placed->end(), part) != placed->end()) return std::nullopt;
+  placed->push_back(part);
+  return engine.Refine(rounds, fm_passes);
 }
 
 void KwayEngine::RowTiles(int32_t d, std::vector<int32_t>* tiles) const {

@@ -18,9 +18,10 @@ class KwayEngine {
  public:
   explicit KwayEngine(const KwayProblem& problem);
 
-  // RunKway's run (kway_partitioner.h).
-  KwayResult Run(const KwayStart& start, int rounds, int fm_passes,
-                 const std::atomic<bool>* stop = nullptr);
+  // RunKway's run (kway_partitioner.h) in two steps: the start's partition of the subset (a part
+  // per vertex of the graph, -1 outside it), then everything after it.
+  const std::vector<int32_t>& Place(const KwayStart& start);
+  KwayResult Refine(int rounds, int fm_passes, const std::atomic<bool>* stop = nullptr);
 
  private:
   // A unit of the greedy starts: vertices placed together.

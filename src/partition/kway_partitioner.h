@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "dcp/partition.h"
@@ -66,5 +67,12 @@ inline constexpr int kFmPasses = 2;
 // needed.
 KwayResult RunKway(const KwayProblem& problem, const KwayStart& start, int rounds,
                    int fm_passes = 0, const std::atomic<bool>* stop = nullptr);
+
+// RunKway, unless the start places the subset as one of *placed does (the partitions of earlier
+// starts): a run is a function of its problem and its start's partition, so such a start would end
+// where that one did. Its partition is then added to *placed.
+std::optional<KwayResult> RunKwayFromNewPlacement(const KwayProblem& problem,
+                                                  const KwayStart& start, int rounds, int fm_passes,
+                                                  std::vector<std::vector<int32_t>>* placed);
 
 }  // namespace dcp::internal

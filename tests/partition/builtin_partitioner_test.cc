@@ -6,6 +6,7 @@
 #include <atomic>
 #include <initializer_list>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "dcp/baselines.h"
@@ -833,6 +834,59 @@ TEST(RunKway, StopsWhenToldAndRunsAsBeforeWhenNot) {
   ASSERT_EQ(free_run.part.size(), subset.size());
   stop = true;
   EXPECT_TRUE(internal::RunKway(problem, start, 8, 2, &stop).part.empty());
+}
+
+// Starts run through RunKwayFromNewPlacement in turn: one that places the subset as none before
+// it did ends as RunKway would; one refused ends as an earlier refined one did, so refusing it
+// loses nothing. Few rows on 8 parts make the geometric cuts coincide, so some are refused.
+TEST(RunKwayFromNewPlacement, RefinesEachPlacementOnceAndLosesNoResult) {
+  using Kind = internal::KwayStart::Kind;
+  const internal::KwayStart starts[] = {{Kind::kGeometric, 1.0}, {Kind::kGeometric, 0.5},
+                                        {Kind::kGeometric, 2.0}, {Kind::kContiguous},
+                                        {Kind::kGreedy},         {Kind::kStripes}};
+  int64_t refused = 0, refined = 0;
+  for (uint64_t seed = 0; seed < 16; ++seed) {
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng(seed + 300);
+    const BlockSet set = Blocks(RandomLengths(rng, {1, 6}, {1, 12}, 1024),
+                                seed % 2 ? "causal" : "lambda:sink=64,window=2048", 512);
+    const Hypergraph g = BuildHypergraph(set);
+    std::vector<int32_t> subset(g.n_vertices());
+    std::iota(subset.begin(), subset.end(), 0);
+    const internal::KwayProblem problem{.graph = g,
+                                        .sequence_first_block = set.sequence_first_block,
+                                        .subset = subset,
+                                        .k = seed % 3 ? 8 : 4,
+                                        .compute_cap = 1e18,
+                                        .memory_cap = 1e18,
+                                        .seed = seed};
+    std::vector<std::vector<int32_t>> placed;
+    std::vector<internal::KwayResult> ends;
+    for (const internal::KwayStart& start : starts) {
+      const internal::KwayResult full = internal::RunKway(problem, start, 8, 1);
+      const std::optional<internal::KwayResult> once =
+          internal::RunKwayFromNewPlacement(problem, start, 8, 1, &placed);
+      if (once) {
+        ++refined;
+        EXPECT_EQ(once->part, full.part);
+        EXPECT_EQ(once->connectivity, full.connectivity);
+        ends.push_back(full);
+      } else {
+        ++refused;
+        EXPECT_TRUE(std::any_of(ends.begin(), ends.end(), [&](const internal::KwayResult& end) {
+          return end.part == full.part && end.connectivity == full.connectivity;
+        }));
+      }
+    }
+    EXPECT_EQ(placed.size(), ends.size());
+    // A given partition is new once, then refused.
+    const std::vector<int32_t> given = ends.front().part;
+    const internal::KwayStart from_given{.kind = Kind::kGiven, .given = &given};
+    EXPECT_TRUE(internal::RunKwayFromNewPlacement(problem, from_given, 8, 1, &placed).has_value());
+    EXPECT_FALSE(internal::RunKwayFromNewPlacement(problem, from_given, 8, 1, &placed).has_value());
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(refined, 16);
 }
 
 // The km1 change of moving v to part `to`, counted from scratch on v's nets.
