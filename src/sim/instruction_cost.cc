@@ -161,10 +161,13 @@ TileWork TouchedWork(std::span<const Slice> slices, int64_t rows, int64_t cols, 
                      int64_t tile_cols) {
   TileWork work;
   if (rows <= 0 || cols <= 0) return work;
+  // Scratch kept per thread: the simulator costs every tile of every candidate plan, and three
+  // vectors allocated a call were a tenth of this function's instructions.
+  thread_local std::vector<std::pair<int64_t, int64_t>> live, cells;
+  thread_local std::vector<int64_t> column_rows;
   // The rows of each slice, inside the tile, whose clipped column interval is not empty:
   // lo(i) < hi(i), lo(i) < cols and hi(i) > 0, each a half-line of rows.
-  std::vector<std::pair<int64_t, int64_t>> live;
-  live.reserve(slices.size());
+  live.clear();
   for (const Slice& s : slices) {
     int64_t begin = std::max<int64_t>(s.row_begin, 0), end = std::min(s.row_end, rows);
     KeepPositive(s.hi.base - s.lo.base, s.hi.slope - s.lo.slope, &begin, &end);
@@ -173,8 +176,8 @@ TileWork TouchedWork(std::span<const Slice> slices, int64_t rows, int64_t cols, 
     live.emplace_back(begin, end);
   }
   const int64_t n_cells = (cols + tile_cols - 1) / tile_cols;
-  std::vector<int64_t> column_rows(n_cells + 1, 0);  // difference array of touched rows per cell
-  std::vector<std::pair<int64_t, int64_t>> cells;    // touched cell ranges of one band
+  column_rows.assign(n_cells + 1, 0);  // difference array of touched rows per cell
+  // cells: the touched cell ranges of one band
   for (int64_t band = 0; band < rows; band += tile_rows) {
     const int64_t band_end = std::min(rows, band + tile_rows);
     cells.clear();
@@ -275,8 +278,8 @@ Status CheckInstruction(const Plan& plan, const Program& program, size_t index) 
 double IdealSeconds(int64_t forward_flops, int64_t backward_flops, int32_t devices,
                     const DeviceSpec& device) {
   const AttentionKernelModel& model = device.attention;
-  const double tile = SideFactor(kIdealTileTokens, model.rows_half) *
-                      SideFactor(kIdealTileTokens, model.cols_half);
+  const double tile =
+      SideFactor(kIdealTileTokens, model.rows_half) * SideFactor(kIdealTileTokens, model.cols_half);
   const double rate = device.peak_flops * tile * devices;
   return static_cast<double>(forward_flops) / (rate * model.forward_efficiency) +
          static_cast<double>(backward_flops) / (rate * model.backward_efficiency);

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <limits>
 #include <queue>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -23,8 +22,6 @@ namespace sim {
 namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
-
-
 
 std::string InstructionName(const Instruction& instruction) {
   if (const auto* call = std::get_if<BlockwiseAttention>(&instruction)) {
@@ -42,33 +39,37 @@ std::string InstructionName(const Instruction& instruction) {
   return "";
 }
 
-// (peer, bytes) of a launch's send or receive list, one entry per peer.
-std::vector<std::pair<int32_t, int64_t>> BytesByPeer(const std::vector<PeerSlots>& list) {
-  std::vector<std::pair<int32_t, int64_t>> out;
+// Appends (peer, bytes) of a launch's send or receive list to *out, one entry per peer, by peer;
+// returns where the entries begin.
+int32_t AppendBytesByPeer(const std::vector<PeerSlots>& list,
+                          std::vector<std::pair<int32_t, int64_t>>* out) {
+  const auto begin = static_cast<int32_t>(out->size());
   for (const PeerSlots& p : list) {
     int64_t bytes = 0;
     for (int64_t b : p.bytes) bytes += b;
-    out.emplace_back(p.peer.value, bytes);
+    out->emplace_back(p.peer.value, bytes);
   }
-  std::sort(out.begin(), out.end());
-  size_t kept = 0;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (kept > 0 && out[kept - 1].first == out[i].first) {
-      out[kept - 1].second += out[i].second;
+  std::sort(out->begin() + begin, out->end());
+  size_t kept = begin;
+  for (size_t i = begin; i < out->size(); ++i) {
+    if (kept > static_cast<size_t>(begin) && (*out)[kept - 1].first == (*out)[i].first) {
+      (*out)[kept - 1].second += (*out)[i].second;
     } else {
-      out[kept++] = out[i];
+      (*out)[kept++] = (*out)[i];
     }
   }
-  out.resize(kept);
-  return out;
+  out->resize(kept);
+  return begin;
 }
 
+// A launch of one device. Its lists are ranges of the simulator's flat arrays (one allocation
+// per pass, not three per launch: the tuning replays thousands of plans).
 struct LaunchState {
   int32_t id = 0;
   size_t instruction = 0;
-  std::vector<std::pair<int32_t, int64_t>> sends = {}, recvs = {};  // by peer
-  std::vector<int32_t> flows = {};  // flows with this device at one end
-  int32_t pending = 0;              // of those, not finished
+  int32_t sends = 0, recvs = 0, recvs_end = 0;  // [sends, recvs), [recvs, recvs_end) of peer_bytes_
+  int32_t flows = 0, flows_end = 0;  // of launch_flows_: flows with this device at an end
+  int32_t pending = 0;               // of those, not finished
   bool launched = false;
 };
 
@@ -108,75 +109,85 @@ class PassSimulator {
     launch_of_.resize(devices_);
     launches_.resize(devices_);
     stats_.assign(devices_, DeviceSimStats{});
-    std::vector<std::unordered_map<int32_t, int32_t>> by_id(devices_);
+    // Per device, (launch id, launch index) sorted by id once its program is read.
+    std::vector<std::vector<std::pair<int32_t, int32_t>>> by_id(devices_);
+    std::vector<std::pair<size_t, int32_t>> waits;  // (instruction, id) of one device's CommWaits
     for (int32_t d = 0; d < devices_; ++d) {
       const Program& program = programs_[d];
       const size_t n = program.instructions.size();
       seconds_[d].assign(n, 0);
       launch_of_[d].assign(n, -1);
+      waits.clear();
       for (size_t i = 0; i < n; ++i) {
         const Instruction& instruction = program.instructions[i];
         if (Status status = CheckInstruction(plan_, program, i); !status.ok()) {
-          return status.WithContext(Where(d));  // formatted only on error: this runs per instruction
+          return status.WithContext(
+              Where(d));  // formatted only on error: this runs per instruction
         }
         seconds_[d][i] = InstructionSeconds(plan_, program, instruction, cluster_.device);
         if (const auto* call = std::get_if<BlockwiseAttention>(&instruction)) {
           stats_[d].attention_flops += AttentionFlops(plan_, *call);
         } else if (const auto* launch = std::get_if<CommLaunch>(&instruction)) {
-          const auto [it, inserted] =
-              by_id[d].emplace(launch->id, static_cast<int32_t>(launches_[d].size()));
-          if (!inserted) {
-            return Status::InvalidArgument(
-                fmt::format("{}: instruction {}: CommLaunch {} repeats the id of instruction {}",
-                            Where(d), i, launch->id, launches_[d][it->second].instruction));
-          }
-          launches_[d].push_back(LaunchState{.id = launch->id,
-                                             .instruction = i,
-                                             .sends = BytesByPeer(launch->sends),
-                                             .recvs = BytesByPeer(launch->recvs)});
-          launch_of_[d][i] = it->second;
+          launch_of_[d][i] = static_cast<int32_t>(launches_[d].size());
+          by_id[d].emplace_back(launch->id, launch_of_[d][i]);
+          LaunchState state{.id = launch->id, .instruction = i};
+          state.sends = AppendBytesByPeer(launch->sends, &peer_bytes_);
+          state.recvs = AppendBytesByPeer(launch->recvs, &peer_bytes_);
+          state.recvs_end = static_cast<int32_t>(peer_bytes_.size());
+          launches_[d].push_back(state);
         } else if (const auto* wait = std::get_if<CommWait>(&instruction)) {
-          const auto it = by_id[d].find(wait->id);
-          if (it == by_id[d].end()) {
-            return Status::InvalidArgument(
-                fmt::format("{}: instruction {}: CommWait {} has no earlier CommLaunch {}",
-                            Where(d), i, wait->id, wait->id));
-          }
-          launch_of_[d][i] = it->second;
+          waits.emplace_back(i, wait->id);
         }
+      }
+      std::vector<std::pair<int32_t, int32_t>>& ids = by_id[d];
+      std::sort(ids.begin(), ids.end());
+      for (size_t j = 1; j < ids.size(); ++j) {
+        if (ids[j].first == ids[j - 1].first) {
+          return Status::InvalidArgument(
+              fmt::format("{}: instruction {}: CommLaunch {} repeats the id of instruction {}",
+                          Where(d), launches_[d][ids[j].second].instruction, ids[j].first,
+                          launches_[d][ids[j - 1].second].instruction));
+        }
+      }
+      for (const auto& [i, id] : waits) {
+        const int32_t l = Find(d, id, by_id);
+        if (l < 0 || launches_[d][l].instruction > i) {
+          return Status::InvalidArgument(fmt::format(
+              "{}: instruction {}: CommWait {} has no earlier CommLaunch {}", Where(d), i, id, id));
+        }
+        launch_of_[d][i] = l;
       }
     }
     // One flow per sender's (launch, peer), matched against the receiver's launch.
     for (int32_t d = 0; d < devices_; ++d) {
       for (size_t l = 0; l < launches_[d].size(); ++l) {
         const LaunchState& launch = launches_[d][l];
-        for (const auto& [peer, bytes] : launch.sends) {
-          const auto it = by_id[peer].find(launch.id);
-          if (it == by_id[peer].end()) {
+        for (int32_t e = launch.sends; e < launch.recvs; ++e) {
+          const auto [peer, bytes] = peer_bytes_[e];
+          const int32_t peer_launch = Find(peer, launch.id, by_id);
+          if (peer_launch < 0) {
             return Status::InvalidArgument(fmt::format(
                 "{}: instruction {}: CommLaunch {} sends to device {}, which has no CommLaunch {}",
                 Where(d), launch.instruction, launch.id, peer, launch.id));
           }
-          const LaunchState& other = launches_[peer][it->second];
-          const auto match = std::lower_bound(other.recvs.begin(), other.recvs.end(),
+          const LaunchState& other = launches_[peer][peer_launch];
+          const auto other_end = peer_bytes_.begin() + other.recvs_end;
+          const auto match = std::lower_bound(peer_bytes_.begin() + other.recvs, other_end,
                                               std::pair<int32_t, int64_t>{d, 0});
-          if (match == other.recvs.end() || match->first != d || match->second != bytes) {
+          if (match == other_end || match->first != d || match->second != bytes) {
             return Status::InvalidArgument(fmt::format(
                 "{}: instruction {}: CommLaunch {} sends {} bytes to device {}, whose CommLaunch "
                 "{} expects {} bytes from device {}",
                 Where(d), launch.instruction, launch.id, bytes, peer, launch.id,
-                match == other.recvs.end() || match->first != d ? 0 : match->second, d));
+                match == other_end || match->first != d ? 0 : match->second, d));
           }
-          const auto f = static_cast<int32_t>(flows_.size());
           flows_.push_back(FlowState{.source = d,
                                      .destination = peer,
                                      .launch_id = launch.id,
                                      .source_launch = static_cast<int32_t>(l),
-                                     .destination_launch = it->second,
+                                     .destination_launch = peer_launch,
                                      .bytes = bytes,
                                      .inter_node = NodeOf(d) != NodeOf(peer)});
-          launches_[d][l].flows.push_back(f);
-          if (peer != d) launches_[peer][it->second].flows.push_back(f);
           (NodeOf(d) != NodeOf(peer) ? stats_[d].bytes_sent_inter_node
                                      : stats_[d].bytes_sent_intra_node) += bytes;
         }
@@ -185,12 +196,14 @@ class PassSimulator {
     // Every receive has its send: a receive without one would leave its wait blocked forever.
     for (int32_t d = 0; d < devices_; ++d) {
       for (const LaunchState& launch : launches_[d]) {
-        for (const auto& [peer, bytes] : launch.recvs) {
-          const auto it = by_id[peer].find(launch.id);
-          const bool sent = it != by_id[peer].end() &&
-                            std::binary_search(launches_[peer][it->second].sends.begin(),
-                                               launches_[peer][it->second].sends.end(),
-                                               std::pair<int32_t, int64_t>{d, bytes});
+        for (int32_t e = launch.recvs; e < launch.recvs_end; ++e) {
+          const auto [peer, bytes] = peer_bytes_[e];
+          const int32_t peer_launch = Find(peer, launch.id, by_id);
+          const bool sent =
+              peer_launch >= 0 &&
+              std::binary_search(peer_bytes_.begin() + launches_[peer][peer_launch].sends,
+                                 peer_bytes_.begin() + launches_[peer][peer_launch].recvs,
+                                 std::pair<int32_t, int64_t>{d, bytes});
           if (!sent) {
             return Status::InvalidArgument(fmt::format(
                 "{}: instruction {}: CommLaunch {} expects {} bytes from device {}, which sends "
@@ -200,9 +213,7 @@ class PassSimulator {
         }
       }
     }
-    for (std::vector<LaunchState>& list : launches_) {
-      for (LaunchState& launch : list) launch.pending = static_cast<int32_t>(launch.flows.size());
-    }
+    ListFlowsOfLaunches();
     return Status::Ok();
   }
 
@@ -283,6 +294,49 @@ class PassSimulator {
  private:
   int32_t NodeOf(int32_t device) const { return device / plan_.topology.devices_per_node; }
 
+  // The index of device d's launch with this id, or -1.
+  static int32_t Find(int32_t d, int32_t id,
+                      const std::vector<std::vector<std::pair<int32_t, int32_t>>>& by_id) {
+    const std::vector<std::pair<int32_t, int32_t>>& ids = by_id[d];
+    const auto it = std::lower_bound(ids.begin(), ids.end(), std::pair<int32_t, int32_t>{id, -1});
+    return it != ids.end() && it->first == id ? it->second : -1;
+  }
+
+  // Each launch's flows, in flow order, into launch_flows_: those it sends and those it receives
+  // (a flow to its own device once).
+  void ListFlowsOfLaunches() {
+    std::vector<int32_t> first_of_device(devices_ + 1, 0);
+    for (int32_t d = 0; d < devices_; ++d) {
+      first_of_device[d + 1] = first_of_device[d] + static_cast<int32_t>(launches_[d].size());
+    }
+    std::vector<int32_t> begin(first_of_device[devices_] + 1, 0);
+    const auto ends = [&](const FlowState& flow, const auto& f) {
+      f(first_of_device[flow.source] + flow.source_launch);
+      if (flow.destination != flow.source) {
+        f(first_of_device[flow.destination] + flow.destination_launch);
+      }
+    };
+    for (const FlowState& flow : flows_) ends(flow, [&](int32_t g) { ++begin[g + 1]; });
+    for (size_t g = 1; g < begin.size(); ++g) begin[g] += begin[g - 1];
+    for (int32_t d = 0; d < devices_; ++d) {
+      for (size_t l = 0; l < launches_[d].size(); ++l) {
+        LaunchState& launch = launches_[d][l];
+        const int32_t g = first_of_device[d] + static_cast<int32_t>(l);
+        launch.flows = launch.flows_end = begin[g];
+        launch.pending = begin[g + 1] - begin[g];
+      }
+    }
+    launch_flows_.resize(begin.back());
+    for (size_t f = 0; f < flows_.size(); ++f) {
+      const FlowState& flow = flows_[f];
+      for (const auto& [device, l] : {std::pair{flow.source, flow.source_launch},
+                                      std::pair{flow.destination, flow.destination_launch}}) {
+        if (device == flow.destination && flow.source == flow.destination) break;
+        launch_flows_[launches_[device][l].flows_end++] = static_cast<int32_t>(f);
+      }
+    }
+  }
+
   std::string Where(int32_t device) const {
     return fmt::format("{} pass, device {}", ToString(pass_), device);
   }
@@ -303,7 +357,8 @@ class PassSimulator {
         LaunchState& launch = launches_[d][launch_of_[d][i]];
         launch.launched = true;
         if (trace_ != nullptr) trace_->Launch(d, t, launch.id);
-        for (int32_t f : launch.flows) {
+        for (int32_t e = launch.flows; e < launch.flows_end; ++e) {
+          const int32_t f = launch_flows_[e];
           FlowState& flow = flows_[f];
           const int32_t needed = flow.source == flow.destination ? 1 : 2;
           if (++flow.arrivals == needed) {
@@ -360,8 +415,8 @@ class PassSimulator {
       if (s.done || s.blocked_launch < 0) continue;
       const LaunchState& launch = launches_[d][s.blocked_launch];
       std::string why;
-      for (int32_t f : launch.flows) {
-        const FlowState& flow = flows_[f];
+      for (int32_t e = launch.flows; e < launch.flows_end; ++e) {
+        const FlowState& flow = flows_[launch_flows_[e]];
         const int32_t peer = flow.source == d ? flow.destination : flow.source;
         const int32_t peer_launch = flow.source == d ? flow.destination_launch : flow.source_launch;
         if (!launches_[peer][peer_launch].launched) {
@@ -392,6 +447,8 @@ class PassSimulator {
   std::vector<std::vector<double>> seconds_;     // per device and instruction
   std::vector<std::vector<int32_t>> launch_of_;  // per device and instruction: launch index
   std::vector<std::vector<LaunchState>> launches_;
+  std::vector<std::pair<int32_t, int64_t>> peer_bytes_;  // the launches' (peer, bytes) lists
+  std::vector<int32_t> launch_flows_;                    // the launches' flow lists
   std::vector<FlowState> flows_;
   std::vector<DeviceSimStats> stats_;
   std::vector<DeviceState> state_;
@@ -463,9 +520,9 @@ Result<SimReport> SimulatePlan(const Plan& plan, const ClusterSpec& cluster,
     }
     report.trace_json = recorder.ToJson(plan.topology.devices(), plan.topology.devices_per_node);
   }
-  report.ideal_s = sim::IdealSeconds(report.forward.total.attention_flops,
-                                     report.backward.total.attention_flops,
-                                     plan.topology.devices(), cluster.device);
+  report.ideal_s =
+      sim::IdealSeconds(report.forward.total.attention_flops, report.backward.total.attention_flops,
+                        plan.topology.devices(), cluster.device);
   return report;
 }
 

@@ -318,6 +318,29 @@ TEST(SimulatePlan, RejectsAPeerOutsideTheTopologyAndARepeatedId) {
       << r.status().ToString();
 }
 
+// A wait names a launch of its own device that comes before it: one for a later launch, or for
+// no launch, is refused with the wait's instruction.
+TEST(SimulatePlan, RejectsAWaitBeforeItsLaunchOrWithoutOne) {
+  Plan plan = EmptyPlan({.nodes = 1, .devices_per_node = 2});
+  Launch(Fwd(plan, 0), 0, {}, {}, 100);
+  Wait(Fwd(plan, 0), 0);
+  Wait(Fwd(plan, 0), 7);
+  Result<SimReport> r = SimulatePlan(plan, SimpleCluster(2));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("instruction 2: CommWait 7 has no earlier CommLaunch 7"),
+            std::string::npos)
+      << r.status().ToString();
+
+  plan = EmptyPlan({.nodes = 1, .devices_per_node = 2});
+  Wait(Fwd(plan, 1), 3);
+  Launch(Fwd(plan, 1), 3, {}, {}, 100);
+  r = SimulatePlan(plan, SimpleCluster(2));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("device 1: instruction 0: CommWait 3 has no earlier"),
+            std::string::npos)
+      << r.status().ToString();
+}
+
 TEST(SimulatePlan, RejectsAClusterWithAnotherNodeSize) {
   const Plan plan = EmptyPlan({.nodes = 2, .devices_per_node = 4});
   const Result<SimReport> r = SimulatePlan(plan, SimpleCluster(8));
@@ -340,7 +363,8 @@ TEST(SimulatePlan, RejectsAPlanPartAndMissingPrograms) {
 
 TEST(SimulatePlan, RejectsASlotThatDoesNotExist) {
   Plan plan = EmptyPlan({.nodes = 1, .devices_per_node = 2});
-  Fwd(plan, 0).instructions.emplace_back(std::in_place_type<BlockwiseCopy>, BlockwiseCopy{.ops = {{0, 3}}});
+  Fwd(plan, 0).instructions.emplace_back(std::in_place_type<BlockwiseCopy>,
+                                         BlockwiseCopy{.ops = {{0, 3}}});
   const Result<SimReport> r = SimulatePlan(plan, SimpleCluster(2));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("forward pass, device 0: instruction 0"), std::string::npos)
@@ -418,8 +442,8 @@ TEST(SimulatePlan, IdealTimeIsTheBatchFlopsAtTheBestTileRateOnEveryDevice) {
   ClusterSpec cluster;
   cluster.devices_per_node = 4;
   for (int64_t block_size : {256, 1024}) {
-    auto planned = PlanBatch(*batch, SinglePassOptions({.nodes = 1, .devices_per_node = 4},
-                                                       block_size));
+    auto planned =
+        PlanBatch(*batch, SinglePassOptions({.nodes = 1, .devices_per_node = 4}, block_size));
     ASSERT_TRUE(planned.ok()) << planned.status().ToString();
     const SimReport report = MustSimulate(planned->plan, cluster);
     EXPECT_NEAR(report.ideal_s, expected, expected * 1e-9) << block_size;
