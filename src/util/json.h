@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Reading JSON that users wrote (mask specs, cluster files), with bounded nesting.
+// Reading JSON that users wrote (mask specs, cluster files), with bounded nesting and no key
+// given twice in one object (the last would win silently).
 //
 // nlohmann::json parses and destroys values without recursion, but dump() and comparisons recurse
 // once per level, so a document nested 60,000 levels deep (120 KB of brackets) overflows the stack
@@ -22,7 +23,8 @@ inline constexpr int kMaxJsonDepth = 64;
 
 // The JSON value of `text`. InvalidArgument, starting with `what` ("mask JSON", "cluster JSON"),
 // when the text does not parse ("does not parse at byte B: ...") or has arrays or objects nested
-// more than kMaxJsonDepth deep ("is nested deeper than 64 levels"). Never throws.
+// more than kMaxJsonDepth deep ("is nested deeper than 64 levels") or an object with a key twice
+// ("repeats the key \"k\" in one object"). Linear in the text. Never throws.
 Result<nlohmann::json> ParseJson(std::string_view text, std::string_view what);
 
 // The JSON text of `value` as a short one-line excerpt for an error message (util/excerpt.h).

@@ -53,6 +53,27 @@ TEST(ParseJson, NamesTheByteWhereParsingFailedWithAShortExcerpt) {
   ExpectRefused(ParseJson("[\"" + std::string(100000, 'x'), "test JSON"), "does not parse");
 }
 
+// The last of two equal keys would win silently (a mask's second "slices" emptied it).
+TEST(ParseJson, RefusesAKeyGivenTwiceInOneObject) {
+  ExpectRefused(ParseJson(R"({"slices": [1], "slices": []})", "test JSON"),
+                "test JSON repeats the key \"slices\" in one object");
+  ExpectRefused(ParseJson(R"([{"a": {"b": 1, "b": 2}}])", "test JSON"), "repeats the key \"b\"");
+  ExpectRefused(ParseJson(R"({"": 1, "": 2})", "test JSON"), "repeats the key \"\"");
+  // The same key in sibling or nested objects is not a repeat.
+  EXPECT_TRUE(ParseJson(R"([{"a": 1}, {"a": 2}, {"a": {"a": 3}}])", "test JSON").ok());
+}
+
+// Many elements: the first pass and the parse are linear (the callback parser used before took
+// 12 s for 200K objects in one array).
+TEST(ParseJson, ReadsTwoHundredThousandObjectsInOneArray) {
+  std::string text = "[";
+  for (int i = 0; i < 200000; ++i) text += i == 0 ? "{\"a\":1}" : ",{\"a\":1}";
+  text += "]";
+  const Result<nlohmann::json> value = ParseJson(text, "test JSON");
+  ASSERT_TRUE(value.ok()) << value.status().ToString();
+  EXPECT_EQ(value->size(), 200000u);
+}
+
 TEST(JsonExcerpt, CutsLongValues) {
   const Result<nlohmann::json> value = ParseJson("[\"" + std::string(100000, 'x') + "\"]", "test");
   ASSERT_TRUE(value.ok());
