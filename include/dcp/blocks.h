@@ -84,6 +84,10 @@ struct BlockingOptions {
   // kv_heads so a group never splits the query heads that share a KV head. More groups give more,
   // finer compute blocks.
   int64_t head_groups = 1;
+  // Refuse a batch with more compute blocks than this (0: only the 2^31 every batch is held to),
+  // before they are all made: the planner derives it from its memory limit, so blocks too small
+  // for the batch fail with a message instead of exhausting memory while blocking.
+  int64_t max_compute_blocks = 0;
 
   Status Validate() const;
 };

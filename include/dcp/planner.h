@@ -164,10 +164,11 @@ struct PlanOptions {
   int64_t memory_budget_bytes = 0;
   // The memory planning itself may take: dcp's own passes refuse a batch whose blocks they
   // estimate to need more (InvalidArgument naming the tiles and the estimate, before placement
-  // allocates for them), where it would otherwise be killed for memory. 0: 80% of this machine's
-  // physical memory. One pass holds about kPlanningBytesPerTile per tile at its peak; when
-  // candidates are tuned, each of dcp's own gets an equal share with the others planned at once
-  // and the best kept so far (threads + 1 shares).
+  // allocates for them, and blocking stops once past it), where it would otherwise be killed for
+  // memory. 0: 80% of the memory this process may have (the machine's physical memory, or its
+  // address-space limit, ulimit -v, when lower). One pass holds about kPlanningBytesPerTile per
+  // tile at its peak; when candidates are tuned, each of dcp's own gets an equal share with the
+  // others planned at once and the best kept so far (threads + 1 shares).
   int64_t max_planning_bytes = 0;
 
   // InvalidArgument naming the field when a value is out of range.
@@ -193,10 +194,10 @@ struct PlanningTimes {
 
 // One candidate of the tuning and how it fared.
 struct CandidateOutcome {
-  std::string name;         // as Plan::origin
-  bool own = true;          // dcp's own placement; false: another strategy's layout
-  double simulated_s = 0;   // forward + backward on the cluster; 0 when it was not planned
-  int64_t peak_bytes = 0;   // the largest device peak of buffer bytes
+  std::string name;           // as Plan::origin
+  bool own = true;            // dcp's own placement; false: another strategy's layout
+  double simulated_s = 0;     // forward + backward on the cluster; 0 when it was not planned
+  int64_t peak_bytes = 0;     // the largest device peak of buffer bytes
   double peak_imbalance = 0;  // max/mean of the devices' peaks
   double peak_share = 0;      // peak_bytes over BatchShareBytes
   std::string error;          // why it was not planned (or was over the memory budget), or empty

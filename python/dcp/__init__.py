@@ -106,7 +106,7 @@ def plan(
         threads: threads planning candidates at once; the result does not depend on it.
         memory_budget_bytes: when > 0, the most buffer bytes a device may need; candidates above
             it are skipped.
-        max_planning_bytes: the memory planning itself may take (0: 80% of this machine's); a
+        max_planning_bytes: the memory planning itself may take (0: 80% of the machine's, or of ulimit -v); a
             batch whose tiles would need more is refused (ValueError) instead of being killed.
         seed: placement seed; the same inputs and seed give the same plan.
         partitioner: ``"builtin"`` or ``"zoltan"`` (when built with Zoltan).

@@ -165,7 +165,7 @@ def test_baselines_plan_the_batch(batch):
         (dict(partitioner="metis"), "metis"),
         (dict(memory_budget_bytes=1), "memory"),
         (dict(max_planning_bytes=-1), "max_planning_bytes"),
-        (dict(max_planning_bytes=100, other_strategies=False), "planning .* tiles"),
+        (dict(max_planning_bytes=100, other_strategies=False), "planning within .* bytes"),
     ],
 )
 def test_bad_plan_options_raise_value_error(batch, kwargs, message):

@@ -55,8 +55,10 @@ int64_t TileBound(const Mask& mask, int64_t block_size) {
 // Appends the compute blocks of one sequence: those of head group 0, then copies of them for the
 // other groups (areas are computed once per tile, and no list of the tiles is held beside them:
 // one long sequence can have a hundred million).
-void AddComputeBlocks(const Mask& mask, SequenceId sequence, int32_t first_block,
-                      int64_t block_size, const BlockingOptions& options, BlockSet* set) {
+// Returns false, with the blocks made so far, once there would be more than `limit`.
+bool AddComputeBlocks(const Mask& mask, SequenceId sequence, int32_t first_block,
+                      int64_t block_size, const BlockingOptions& options, int64_t limit,
+                      BlockSet* set) {
   const int64_t length = mask.length();
   const int64_t n_blocks = (length + block_size - 1) / block_size;
   std::vector<const Slice*> slices;
@@ -72,6 +74,7 @@ void AddComputeBlocks(const Mask& mask, SequenceId sequence, int32_t first_block
         int64_t area = 0;
         for (const Slice* s : slices) area += SliceArea(*s, u, v, k0, k1);
         if (area == 0) continue;
+        if (static_cast<int64_t>(out.size()) >= limit) return false;
         out.push_back(ComputeBlock{
             .sequence = sequence,
             .head_group = 0,
@@ -83,6 +86,7 @@ void AddComputeBlocks(const Mask& mask, SequenceId sequence, int32_t first_block
     }
   }
   const size_t end = out.size();
+  if (static_cast<int64_t>(first + (end - first) * options.head_groups) > limit) return false;
   for (int32_t g = 1; g < options.head_groups; ++g) {
     for (size_t k = first; k < end; ++k) {
       ComputeBlock copy = out[k];
@@ -90,6 +94,7 @@ void AddComputeBlocks(const Mask& mask, SequenceId sequence, int32_t first_block
       out.push_back(copy);
     }
   }
+  return true;
 }
 
 }  // namespace
@@ -101,6 +106,10 @@ Status BlockingOptions::Validate() const {
   }
   if (head_groups < 1) {
     return Status::InvalidArgument(fmt::format("head_groups={} is not positive", head_groups));
+  }
+  if (max_compute_blocks < 0) {
+    return Status::InvalidArgument(
+        fmt::format("max_compute_blocks={} is negative", max_compute_blocks));
   }
   return Status::Ok();
 }
@@ -158,7 +167,10 @@ Result<BlockSet> MakeBlocks(const Batch& batch, const BlockingOptions& options) 
           options.block_size, s, batch.seqlens()[s]));
     }
   }
-  set.compute_blocks.reserve(tile_bound);
+  const int64_t limit = options.max_compute_blocks > 0
+                            ? std::min<int64_t>(options.max_compute_blocks, kMaxBlocks)
+                            : kMaxBlocks;
+  set.compute_blocks.reserve(std::min(tile_bound, limit));
 
   const DataBlockBytes per_token = BytesPerToken(shape);
   set.data_blocks.reserve(n_data_blocks);
@@ -180,7 +192,13 @@ Result<BlockSet> MakeBlocks(const Batch& batch, const BlockingOptions& options) 
       });
     }
     batch_token += len;
-    AddComputeBlocks(batch.masks()[s], sequence, first_block, options.block_size, options, &set);
+    if (!AddComputeBlocks(batch.masks()[s], sequence, first_block, options.block_size, options,
+                          limit, &set)) {
+      return Status::InvalidArgument(fmt::format(
+          "batch has more than {} compute blocks in blocks of {} tokens (at sequence {} of {} "
+          "tokens), the most allowed; use larger blocks",
+          limit, options.block_size, s, len));
+    }
   }
   set.sequence_first_block.push_back(static_cast<int32_t>(set.data_blocks.size()));
   for (const ComputeBlock& c : set.compute_blocks) {

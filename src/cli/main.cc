@@ -5,6 +5,8 @@
 // for a failure, 0 otherwise (also --help and --version).
 #include <algorithm>
 #include <cstdio>
+#include <exception>
+#include <new>
 
 #include "cli/commands.h"
 
@@ -22,8 +24,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "dcp " DCP_VERSION);
   const dcp::cli::CommandRunner commands[] = {
-      dcp::cli::AddBlocksCommand(app), dcp::cli::AddPlaceCommand(app),
-      dcp::cli::AddPlanCommand(app), dcp::cli::AddRunCommand(app),
+      dcp::cli::AddBlocksCommand(app),   dcp::cli::AddPlaceCommand(app),
+      dcp::cli::AddPlanCommand(app),     dcp::cli::AddRunCommand(app),
       dcp::cli::AddSimulateCommand(app), dcp::cli::AddBenchCommand(app)};
   try {
     app.parse(argc, argv);
@@ -33,6 +35,16 @@ int main(int argc, char** argv) {
     return 2;
   }
   int status = 0;
-  for (const auto& run : commands) status = std::max(status, run());  // only the parsed one runs
+  // The library reports failures as Status; what still escapes is the machine running out
+  // (memory, threads), which gets one error line like any other failure, not an abort.
+  try {
+    for (const auto& run : commands) status = std::max(status, run());  // only the parsed one runs
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "dcp: error: out of memory (try a smaller batch or larger blocks)\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dcp: error: %s\n", e.what());
+    return 1;
+  }
   return status;
 }

@@ -36,15 +36,17 @@ void AddPlannerOptions(CLI::App& app, PlannerArgs& args) {
                  "At most this many of dcp's own candidates (block sizes x tolerances) are "
                  "planned and simulated: the bound on tuning work")
       ->capture_default_str();
-  app.add_flag("--dcp-only", args.dcp_only,
-               "Leave the other strategies (ring, zigzag, TE, LoongTrain, FCP, MagiAttention) out of "
-               "the candidates");
+  app.add_flag(
+      "--dcp-only", args.dcp_only,
+      "Leave the other strategies (ring, zigzag, TE, LoongTrain, FCP, MagiAttention) out of "
+      "the candidates");
   app.add_option("--memory-budget", args.memory_budget,
                  "Bytes of buffers each device may hold at its peak (0: no budget); candidates "
                  "above it are skipped")
       ->capture_default_str();
   app.add_option("--max-planning-memory", args.max_planning_memory,
-                 "Bytes planning itself may take (0: 80% of this machine's memory); a batch whose "
+                 "Bytes planning itself may take (0: 80% of the machine's memory, or of ulimit "
+                 "-v); a batch whose "
                  "tiles would need more is refused before placement")
       ->capture_default_str();
   app.add_option("--read-partition", args.read_partition,
@@ -80,7 +82,8 @@ Status ParseDivisions(const std::string& text, PlanOptions* options) {
     return Status::Ok();
   }
   if (text == "auto") return Status::Ok();
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), options->divisions);
+  const auto [end, ec] =
+      std::from_chars(text.data(), text.data() + text.size(), options->divisions);
   if (ec != std::errc() || end != text.data() + text.size() || options->divisions < 1) {
     return Status::InvalidArgument(
         fmt::format("--divisions '{}' is not a number >= 1, 'auto' or 'search'", text));
@@ -117,8 +120,8 @@ Result<PlanOptions> PlanOptionsFromArgs(const BatchArgs& batch_args, const Place
   }
   if (batch_args.block_size != "auto") {
     const std::string& text = batch_args.block_size;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(),
-                                           options.block_size);
+    const auto [end, ec] =
+        std::from_chars(text.data(), text.data() + text.size(), options.block_size);
     if (ec != std::errc() || end != text.data() + text.size() || options.block_size < 1) {
       return Status::InvalidArgument(
           fmt::format("--block-size '{}' is neither a number >= 1 nor 'auto'", text));
@@ -191,8 +194,7 @@ Result<PlannedFromArgs> PlanFromArgs(const BatchArgs& batch_args, const Placemen
   DCP_ASSIGN_OR_RETURN(Batch batch, BuildBatch(batch_args, &empty_sequences));
   DCP_ASSIGN_OR_RETURN(PlanOptions options, PlanOptionsFromArgs(batch_args, placement, planner));
   if (!planner.read_partition.empty()) {
-    DCP_ASSIGN_OR_RETURN(options.placement,
-                         ReadPlacement(planner.read_partition, batch, options));
+    DCP_ASSIGN_OR_RETURN(options.placement, ReadPlacement(planner.read_partition, batch, options));
   }
   const ProgressLine line(progress);
   options.monitor = line.monitor();
@@ -221,7 +223,8 @@ nlohmann::json TokenMapJson(const TokenMap& map) {
   for (const std::vector<TokenRun>& runs : map.runs) {
     nlohmann::json device = nlohmann::json::array();
     for (const TokenRun& run : runs) {
-      device.push_back({{"sequence", run.sequence.value}, {"begin", run.begin}, {"count", run.count}});
+      device.push_back(
+          {{"sequence", run.sequence.value}, {"begin", run.begin}, {"count", run.count}});
     }
     devices.push_back(std::move(device));
   }

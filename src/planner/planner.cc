@@ -5,6 +5,7 @@
 #include "dcp/planner.h"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -63,9 +64,9 @@ Status CheckMemoryBudget(const Plan& plan, int64_t budget) {
   const std::vector<int64_t> peak = PeakBufferBytesPerDevice(plan);
   const auto worst = std::max_element(peak.begin(), peak.end());
   if (worst != peak.end() && *worst > budget) {
-    return Status::InvalidArgument(fmt::format(
-        "device {} needs {} bytes of buffers, above the memory budget of {} bytes",
-        worst - peak.begin(), *worst, budget));
+    return Status::InvalidArgument(
+        fmt::format("device {} needs {} bytes of buffers, above the memory budget of {} bytes",
+                    worst - peak.begin(), *worst, budget));
   }
   return Status::Ok();
 }
@@ -73,13 +74,22 @@ Status CheckMemoryBudget(const Plan& plan, int64_t budget) {
 Status ScheduleAndCompile(const Batch& batch, const PlanOptions& options, int32_t divisions,
                           PlannedBatch* out, const PlanningMonitor* reports = nullptr);
 
-// options.max_planning_bytes, or when it is 0, 80% of this machine's physical memory (no limit
-// when that cannot be read).
+// options.max_planning_bytes, or when it is 0, 80% of the memory this process may have: the
+// machine's physical memory, or less under an address-space limit (ulimit -v; no limit when
+// neither can be read).
 int64_t PlanningMemoryLimit(const PlanOptions& options) {
   if (options.max_planning_bytes > 0) return options.max_planning_bytes;
+  double bytes = std::numeric_limits<double>::infinity();
   const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page_bytes <= 0) return std::numeric_limits<int64_t>::max();
-  return static_cast<int64_t>(0.8 * static_cast<double>(pages) * static_cast<double>(page_bytes));
+  if (pages > 0 && page_bytes > 0) {
+    bytes = static_cast<double>(pages) * static_cast<double>(page_bytes);
+  }
+  rlimit address_space{};
+  if (getrlimit(RLIMIT_AS, &address_space) == 0 && address_space.rlim_cur != RLIM_INFINITY) {
+    bytes = std::min(bytes, static_cast<double>(address_space.rlim_cur));
+  }
+  if (std::isinf(bytes)) return std::numeric_limits<int64_t>::max();
+  return static_cast<int64_t>(0.8 * bytes);
 }
 
 // Refuses blocks that one pass cannot plan within options.max_planning_bytes, before placement
@@ -94,23 +104,35 @@ Status CheckPlanningMemory(const BlockSet& blocks, const PlanOptions& options) {
   };
   return Status::InvalidArgument(fmt::format(
       "planning {} tiles (blocks of {} tokens) needs about {}, more than the {} allowed "
-      "(PlanOptions.max_planning_bytes, --max-planning-memory; by default 80% of this machine's "
-      "memory): use larger blocks (--block-size) or a smaller batch",
+      "(PlanOptions.max_planning_bytes, --max-planning-memory; by default 80% of the memory this "
+      "process may have): use larger blocks (--block-size) or a smaller batch",
       tiles, blocks.block_size, readable(tiles * kPlanningBytesPerTile), readable(limit)));
 }
 
 // The blocks of a pass: options.block_size, or the block-size heuristic's when it is 0.
 Result<BlockSet> BlocksFor(const Batch& batch, const PlanOptions& options) {
-  BlockingOptions blocking{.block_size = options.block_size, .head_groups = options.head_groups};
+  // One tile more than the memory allows, so that a batch over it fails while blocking, before
+  // its tiles fill the memory (CheckPlanningMemory words the refusal of one that just fits).
+  const int64_t limit = PlanningMemoryLimit(options);
+  BlockingOptions blocking{.block_size = options.block_size,
+                           .head_groups = options.head_groups,
+                           .max_compute_blocks = limit / kPlanningBytesPerTile + 1};
   if (blocking.block_size == 0) {
     DCP_ASSIGN_OR_RETURN(
         BlockSizeChoice choice,
-        ChooseBlockSize(batch.seqlens(), BlockSizeOptions{.devices = options.topology.devices(),
-                                                          .eps_memory =
-                                                              options.partition.eps_memory}));
+        ChooseBlockSize(batch.seqlens(),
+                        BlockSizeOptions{.devices = options.topology.devices(),
+                                         .eps_memory = options.partition.eps_memory}));
     blocking.block_size = choice.block_size;
   }
-  return MakeBlocks(batch, blocking);
+  Result<BlockSet> blocks = MakeBlocks(batch, blocking);
+  if (!blocks.ok()) {
+    return blocks.status().WithContext(
+        fmt::format("planning within {} bytes ({} per tile; PlanOptions.max_planning_bytes, "
+                    "--max-planning-memory; by default 80% of the memory this process may have)",
+                    limit, kPlanningBytesPerTile));
+  }
+  return blocks;
 }
 
 // One pass of the pipeline with block size (or its heuristic) and tolerances pinned. Its phases
@@ -141,9 +163,9 @@ Result<PlannedBatch> PlanOnce(const Batch& batch, const PlanOptions& options,
 Result<PlannedBatch> PlanGiven(const Batch& batch, const PlanOptions& options) {
   PlannedBatch out;
   Stopwatch watch;
-  DCP_ASSIGN_OR_RETURN(out.blocks, MakeBlocks(batch, BlockingOptions{.block_size = options.block_size,
-                                                                     .head_groups =
-                                                                         options.head_groups}));
+  DCP_ASSIGN_OR_RETURN(out.blocks,
+                       MakeBlocks(batch, BlockingOptions{.block_size = options.block_size,
+                                                         .head_groups = options.head_groups}));
   DCP_RETURN_IF_ERROR(CheckPlanningMemory(out.blocks, options));
   out.ms.blocking = watch.Lap();
   const Placement& given = *options.placement;
@@ -156,8 +178,8 @@ Result<PlannedBatch> PlanGiven(const Batch& batch, const PlanOptions& options) {
         out.blocks.data_blocks.size(), out.blocks.compute_blocks.size()));
   }
   out.placed.placement = given;
-  DCP_ASSIGN_OR_RETURN(out.placed.report, EvaluatePlacement(BuildHypergraph(out.blocks),
-                                                            given, options.topology));
+  DCP_ASSIGN_OR_RETURN(out.placed.report,
+                       EvaluatePlacement(BuildHypergraph(out.blocks), given, options.topology));
   out.placed.balanced =
       out.placed.report.compute_imbalance <= ComputeBound(options.topology, options.partition) &&
       out.placed.report.memory_imbalance <= 1 + options.partition.eps_memory;
@@ -193,15 +215,15 @@ Status ScheduleAndCompile(const Batch& batch, const PlanOptions& options, int32_
   out->ms.scheduling += watch.Lap();
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
   ReportProgress(reports, "compile", 0, 1);
-  DCP_ASSIGN_OR_RETURN(out->plan, CompilePlan(batch, out->blocks, out->placed.placement,
-                                              schedule, options.topology, options.threads));
+  DCP_ASSIGN_OR_RETURN(out->plan, CompilePlan(batch, out->blocks, out->placed.placement, schedule,
+                                              options.topology, options.threads));
   out->ms.compile += watch.Lap();
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
   ReportProgress(reports, "compile", 1, 1);
-  out->plan.origin = fmt::format("dcp {}:{}/{}:{}{}{}", out->blocks.block_size,
-                                 options.partition.eps_compute, options.partition.eps_inter,
-                                 out->plan.n_divisions, HeadGroupsSuffix(options.head_groups),
-                                 SeedSuffix(options.partition.seed));
+  out->plan.origin =
+      fmt::format("dcp {}:{}/{}:{}{}{}", out->blocks.block_size, options.partition.eps_compute,
+                  options.partition.eps_inter, out->plan.n_divisions,
+                  HeadGroupsSuffix(options.head_groups), SeedSuffix(options.partition.seed));
   return Status::Ok();
 }
 
@@ -258,9 +280,9 @@ Result<PlannedBatch> PlanStatic(const Batch& batch, Strategy strategy,
   out.ms.compile = watch.Lap();
   out.blocks = std::move(baseline.blocks);
   out.placed.placement = std::move(baseline.placement);
-  DCP_ASSIGN_OR_RETURN(out.placed.report, EvaluatePlacement(BuildHypergraph(out.blocks),
-                                                            out.placed.placement,
-                                                            options.topology));
+  DCP_ASSIGN_OR_RETURN(
+      out.placed.report,
+      EvaluatePlacement(BuildHypergraph(out.blocks), out.placed.placement, options.topology));
   out.placed.balanced = true;
   out.ms.placement = watch.Lap();
   out.plan = std::move(baseline.plan);
@@ -457,7 +479,8 @@ Tried Try(const Batch& batch, const Candidate& candidate, const PlanOptions& opt
 Status NoCandidate(const std::vector<Tried>& tried, const PlanOptions& options) {
   const Tried* smallest = nullptr;
   for (const Tried& t : tried) {
-    if (t.over_budget && (smallest == nullptr || t.outcome.peak_bytes < smallest->outcome.peak_bytes)) {
+    if (t.over_budget &&
+        (smallest == nullptr || t.outcome.peak_bytes < smallest->outcome.peak_bytes)) {
       smallest = &t;
     }
   }
@@ -627,8 +650,8 @@ std::optional<Candidate> Tightened(const Batch& batch, const Candidate& best, co
 // (TuningOptions::placement_restarts): when it has few enough tiles.
 bool RestartsBest(const Tried& best, const PlanOptions& options) {
   return Planned(best) && !best.released &&
-         FewEnoughTilesToRefine(
-             static_cast<int64_t>((**best.planned).blocks.compute_blocks.size()), options);
+         FewEnoughTilesToRefine(static_cast<int64_t>((**best.planned).blocks.compute_blocks.size()),
+                                options);
 }
 
 // At most this many block sizes in a close call (CloseCallBlockSizes).
@@ -913,8 +936,7 @@ Status TuningOptions::Validate() const {
   }
   if (max_candidates < 1 || max_candidates > kMaxCandidates) {
     return Status::InvalidArgument(fmt::format(
-        "PlanOptions.tuning.max_candidates {} must be in [1, {}]", max_candidates,
-        kMaxCandidates));
+        "PlanOptions.tuning.max_candidates {} must be in [1, {}]", max_candidates, kMaxCandidates));
   }
   return Status::Ok();
 }
@@ -930,8 +952,8 @@ Status PlanOptions::Validate() const {
   DCP_RETURN_IF_ERROR(tuning.Validate());
   DCP_RETURN_IF_ERROR(SchedulerOptionsFor(*this).Validate().WithContext("PlanOptions"));
   if (threads < 1 || threads > PartitionOptions::kMaxThreads) {
-    return Status::InvalidArgument(fmt::format("PlanOptions.threads {} must be in [1, {}]",
-                                               threads, PartitionOptions::kMaxThreads));
+    return Status::InvalidArgument(fmt::format("PlanOptions.threads {} must be in [1, {}]", threads,
+                                               PartitionOptions::kMaxThreads));
   }
   if (placement && block_size == 0) {
     return Status::InvalidArgument(
@@ -943,8 +965,8 @@ Status PlanOptions::Validate() const {
   }
   if (max_planning_bytes < 0) {
     return Status::InvalidArgument(
-        fmt::format("PlanOptions.max_planning_bytes {} must be >= 0 (0: 80% of this machine's "
-                    "memory)",
+        fmt::format("PlanOptions.max_planning_bytes {} must be >= 0 (0: 80% of the memory this "
+                    "process may have)",
                     max_planning_bytes));
   }
   return Status::Ok();
@@ -980,9 +1002,10 @@ Result<PlannedBatch> PlanBatch(const Batch& batch, const PlanOptions& options) {
   DCP_RETURN_IF_ERROR(options.Validate());
   // A value that fits no batch of this shape is the caller's error, not a candidate's failure.
   if (options.head_groups < 1 || batch.shape().kv_heads % options.head_groups != 0) {
-    return Status::InvalidArgument(fmt::format("PlanOptions.head_groups {} does not divide the "
-                                               "batch's {} KV heads",
-                                               options.head_groups, batch.shape().kv_heads));
+    return Status::InvalidArgument(
+        fmt::format("PlanOptions.head_groups {} does not divide the "
+                    "batch's {} KV heads",
+                    options.head_groups, batch.shape().kv_heads));
   }
   if (options.placement) {
     DCP_ASSIGN_OR_RETURN(PlannedBatch planned, PlanGiven(batch, options));

@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // Whole-batch conveniences on top of the rank-local executor: dispatching a batch's tensors to
 // devices and back, and running a whole plan on in-process devices.
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <new>
 #include <numeric>
+#include <system_error>
 #include <thread>
 
 #include "dcp/runtime.h"
@@ -87,9 +91,15 @@ Status RunPlanInProcess(const Plan& plan, BatchTensors& tensors, const ExecutorO
   const AttentionShape& s = plan.shape;
   std::vector<Status> status(static_cast<size_t>(devices));
   std::vector<LocalTensors> local(static_cast<size_t>(devices));
+  // Every device on its own thread, as they talk to each other. Running out of memory or threads
+  // fails the whole group (the started devices then stop waiting for the others) with a Status.
+  const auto fail_all = [&](const Status& why) {
+    for (const std::unique_ptr<Communicator>& c : group) c->Fail(why);
+  };
   std::vector<std::thread> threads;
+  Status start_failure;
   for (int32_t d = 0; d < devices; ++d) {
-    threads.emplace_back([&, d] {
+    const auto run_device = [&, d] {
       const DeviceId device{d};
       LocalTensors& t = local[static_cast<size_t>(d)];
       t = LocalTensors::Dispatched(tensors, plan, device);
@@ -117,9 +127,29 @@ Status RunPlanInProcess(const Plan& plan, BatchTensors& tensors, const ExecutorO
         if (profiles != nullptr) (*profiles)[1][d] = e.last_profile();
       }
       status[static_cast<size_t>(d)] = st;
-    });
+    };
+    const auto guarded = [&, d, run_device] {
+      try {
+        run_device();
+      } catch (const std::bad_alloc&) {
+        status[static_cast<size_t>(d)] =
+            Status::InvalidArgument(fmt::format("device {}: out of memory", d));
+        fail_all(status[static_cast<size_t>(d)]);
+      }
+    };
+    try {
+      threads.emplace_back(guarded);
+    } catch (const std::system_error& e) {
+      start_failure = Status::InvalidArgument(fmt::format(
+          "cannot start the thread of device {} of {} ({}): running in process takes a thread "
+          "per device; use fewer devices or an MPI launch",
+          d, devices, e.what()));
+      fail_all(start_failure);
+      break;
+    }
   }
   for (std::thread& t : threads) t.join();
+  if (!start_failure.ok()) return start_failure;
   // The root cause, not the failures it caused on the other ranks.
   for (const Status& st : status) {
     if (!st.ok() && st.code() != StatusCode::kCommFailure) return st;

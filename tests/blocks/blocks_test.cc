@@ -454,6 +454,32 @@ TEST(MakeBlocks, CutsTheCliExampleIntoFiveDataAndElevenComputeBlocks) {
   EXPECT_EQ(set->flops_bwd, 10 * area * 128 * 8);
 }
 
+// max_compute_blocks: a batch with exactly that many is made; one more than allowed is refused,
+// head groups counted, and blocking stops there (a causal sequence of 20K tokens in blocks of 1
+// token has 2e8 tiles: reserved whole, they exhausted memory before the planner's check ran).
+TEST(MakeBlocks, RefusesMoreComputeBlocksThanAllowedBeforeMakingThem) {
+  const Batch batch = MakeBatch({4096, 1000}, "causal");  // 11 tiles in blocks of 1024
+  EXPECT_TRUE(MakeBlocks(batch, {.block_size = 1024, .max_compute_blocks = 11}).ok());
+  const Result<BlockSet> over = MakeBlocks(batch, {.block_size = 1024, .max_compute_blocks = 10});
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(over.status().message().find("more than 10 compute blocks in blocks of 1024 tokens (at "
+                                         "sequence 1 of 1000 tokens)"),
+            std::string::npos)
+      << over.status().message();
+  const Batch grouped =
+      MakeBatch({300}, "causal", AttentionShape{.heads = 16, .kv_heads = 4, .head_dim = 64});
+  EXPECT_TRUE(
+      MakeBlocks(grouped, {.block_size = 100, .head_groups = 4, .max_compute_blocks = 24}).ok());
+  EXPECT_FALSE(
+      MakeBlocks(grouped, {.block_size = 100, .head_groups = 4, .max_compute_blocks = 23}).ok());
+  const Result<BlockSet> huge =
+      MakeBlocks(MakeBatch({20000}, "causal"), {.block_size = 1, .max_compute_blocks = 1000});
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("more than 1000 compute blocks"), std::string::npos);
+  EXPECT_FALSE(MakeBlocks(batch, {.block_size = 1024, .max_compute_blocks = -1}).ok());
+}
+
 TEST(MakeBlocks, SplitsEveryTileIntoOneComputeBlockPerHeadGroup) {
   const Batch batch =
       MakeBatch({300}, "causal", AttentionShape{.heads = 16, .kv_heads = 4, .head_dim = 64});

@@ -2,6 +2,8 @@
 // End-to-end tests of the `dcp` binary: run it with popen, parse its --json output, and check its
 // exit codes and error messages. The expected numbers come from the formulas of
 // include/dcp/blocks.h, not from the library.
+#include "testing/cli.h"
+
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,7 +20,6 @@
 
 #include "dcp/plan.h"
 #include "dcp/runtime.h"
-#include "testing/cli.h"
 #include "testing/end_to_end.h"
 #include "testing/npy.h"
 
@@ -270,9 +271,11 @@ TEST(Cli, UsageErrorsExitTwoFailuresOneWithOneErrorLine) {
   EXPECT_EQ(version.exit_code, 0);
   EXPECT_EQ(version.out.rfind("dcp ", 0), 0u) << version.out;
   EXPECT_EQ(RunDcp({"plan", "--help"}).exit_code, 0);
-  for (const std::vector<std::string>& args :
-       {std::vector<std::string>{}, {"blocks", "--heads", "x"}, {"blocks", "--no-such-flag"},
-        {"run", "--comm-timeout", "0"}, {"nope"}}) {
+  for (const std::vector<std::string>& args : {std::vector<std::string>{},
+                                               {"blocks", "--heads", "x"},
+                                               {"blocks", "--no-such-flag"},
+                                               {"run", "--comm-timeout", "0"},
+                                               {"nope"}}) {
     const CliRun run = RunDcp(args);
     EXPECT_EQ(run.exit_code, 2) << run.err;
     EXPECT_EQ(run.err.rfind("dcp: error: ", 0), 0u) << run.err;
@@ -361,18 +364,18 @@ TEST(CliPlan, ChecksAndReportsThePlanAsJson) {
 // `run --read-partition` is planned as dcp's own: the same plan in every byte but its origin,
 // which names the placement as given.
 TEST(CliPlan, PlansAPlacementReadFromAPartitionFile) {
-  const std::vector<std::string> batch = {"--seqlens", "600,300,200", "--topology", "1x8",
-                                          "--block-size", "128"};
+  const std::vector<std::string> batch = {"--seqlens", "600,300,200",  "--topology",
+                                          "1x8",       "--block-size", "128"};
   const std::string part = TempPath(".part"), given = TempPath("_given.plan"),
                     own = TempPath("_own.plan");
   const std::string hgr = TempPath(".hgr");
-  std::vector<std::string> place = {"place",           "--eps-compute", "0.1",
-                                    "--eps-inter",     "0.4",           "--write-partition",
-                                    part,              "--export-hypergraph", hgr};
-  std::vector<std::string> plan_given = {"plan", "--divisions", "3", "--read-partition", part,
-                                         "-o", given};
-  std::vector<std::string> plan_own = {"plan", "--divisions", "3", "--dcp-only", "--eps-compute",
-                                       "0.1", "--eps-inter", "0.4", "-o", own};
+  std::vector<std::string> place = {"place", "--eps-compute",     "0.1", "--eps-inter",
+                                    "0.4",   "--write-partition", part,  "--export-hypergraph",
+                                    hgr};
+  std::vector<std::string> plan_given = {"plan", "--divisions", "3",  "--read-partition",
+                                         part,   "-o",          given};
+  std::vector<std::string> plan_own = {"plan", "--divisions", "3",   "--dcp-only", "--eps-compute",
+                                       "0.1",  "--eps-inter", "0.4", "-o",         own};
   for (auto* args : {&place, &plan_given, &plan_own}) {
     args->insert(args->end(), batch.begin(), batch.end());
     const CliRun run = RunDcp(*args);
@@ -403,8 +406,8 @@ TEST(CliPlan, PlansAPlacementReadFromAPartitionFile) {
   dcp::EncodePlan(*b, &bytes_b);
   EXPECT_EQ(bytes_a, bytes_b);
 
-  std::vector<std::string> simulate = {"simulate", "--divisions", "3", "--read-partition", part,
-                                       "--json"};
+  std::vector<std::string> simulate = {"simulate",         "--divisions", "3",
+                                       "--read-partition", part,          "--json"};
   simulate.insert(simulate.end(), batch.begin(), batch.end());
   EXPECT_EQ(ParseJson(RunDcp(simulate))["origin"], "given 128:3");
   std::vector<std::string> run = {"run", "--divisions", "3", "--read-partition", part};
@@ -435,8 +438,7 @@ TEST(CliPlan, RefusesAPartitionFileThatDoesNotFit) {
           "nothing to bound");
   refused({"simulate", "--topology", "1x8", "--block-size", "512", "--strategy", "te"},
           "has its own");
-  refused({"run", "--topology", "2x2", "--block-size", "512", "--strategy", "fcp"},
-          "has its own");
+  refused({"run", "--topology", "2x2", "--block-size", "512", "--strategy", "fcp"}, "has its own");
   const CliRun missing = RunDcp({"plan", "--seqlens", "3000,1000", "--topology", "2x2",
                                  "--read-partition", "/nonexistent/x.part"});
   EXPECT_EQ(missing.exit_code, 1);
@@ -449,9 +451,9 @@ TEST(CliPlan, RefusesAPartitionFileThatDoesNotFit) {
 TEST(CliPlan, PrintsTheTokenMapOfEveryDevice) {
   const std::vector<int64_t> lengths = {3000, 1000, 700};
   // Everything pinned, so `plan` places as `place` does.
-  const std::vector<std::string> batch = {"--seqlens", "3000,1000,700", "--topology", "2x2",
-                                          "--block-size", "512", "--eps-compute", "0.1",
-                                          "--eps-inter", "0.4", "--json"};
+  const std::vector<std::string> batch = {"--seqlens",    "3000,1000,700", "--topology",    "2x2",
+                                          "--block-size", "512",           "--eps-compute", "0.1",
+                                          "--eps-inter",  "0.4",           "--json"};
   std::vector<std::string> plan_args = {"plan", "--dcp-only"}, place_args = {"place"};
   plan_args.insert(plan_args.end(), batch.begin(), batch.end());
   place_args.insert(place_args.end(), batch.begin(), batch.end());
@@ -485,13 +487,16 @@ TEST(CliPlan, RejectsABadDivisionCount) {
   EXPECT_NE(r9.err.find("divisions=17"), std::string::npos) << r9.err;
 }
 
-// A batch whose tiles planning could not hold within --max-planning-memory is refused, naming
-// them (one 4096-token causal sequence in blocks of 256: 136 tiles).
+// A batch whose tiles planning could not hold within --max-planning-memory is refused while it is
+// blocked, naming the limit (one 4096-token causal sequence in blocks of 256: 136 tiles, where a
+// third of 1000 bytes holds 3).
 TEST(CliPlan, RefusesABatchAboveThePlanningMemoryLimit) {
   const CliRun r = RunDcp({"plan", "--seqlens", "4096", "--block-size", "256", "--dcp-only",
                            "--max-planning-memory", "1000"});
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("planning 136 tiles (blocks of 256 tokens)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("more than 3 compute blocks in blocks of 256 tokens"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("--max-planning-memory"), std::string::npos) << r.err;
   const CliRun fits = RunDcp({"plan", "--seqlens", "4096", "--block-size", "256", "--dcp-only",
                               "--max-planning-memory", "1000000"});
   EXPECT_EQ(fits.exit_code, 0) << fits.err;
@@ -630,8 +635,8 @@ TEST(CliPlan, ShowsProgressOnATerminalOnly) {
                                    "--eps-inter", "0.4",       "--dcp-only", "--threads",     "1"};
   args.insert(args.end(), batch.begin(), batch.end());
   const auto on_terminal = [&](std::vector<std::string> a) {
-    return dcp::testing::RunCommand("script -qec " + dcp::testing::ShellQuote(dcp::testing::DcpCommand(a)) +
-                               " /dev/null");
+    return dcp::testing::RunCommand(
+        "script -qec " + dcp::testing::ShellQuote(dcp::testing::DcpCommand(a)) + " /dev/null");
   };
   const CliRun tty = on_terminal(args);
   ASSERT_EQ(tty.exit_code, 0) << tty.err;
@@ -715,11 +720,12 @@ TEST(CliBench, QuickRunWritesTheTableCsvAndFigure) {
     lines.push_back(csv.substr(begin, end - begin));
   }
   ASSERT_EQ(lines.size(), 1u + 4 * 8);
-  for (const char* strategy : {",dcp,", ",ring,", ",zigzag,", ",ulysses,", ",te,", ",loongtrain,",
-                               ",fcp,", ",magi,"}) {
-    EXPECT_EQ(std::count_if(lines.begin(), lines.end(),
-                            [&](const std::string& l) { return l.find(strategy) != std::string::npos; }),
-              4)
+  for (const char* strategy :
+       {",dcp,", ",ring,", ",zigzag,", ",ulysses,", ",te,", ",loongtrain,", ",fcp,", ",magi,"}) {
+    EXPECT_EQ(
+        std::count_if(lines.begin(), lines.end(),
+                      [&](const std::string& l) { return l.find(strategy) != std::string::npos; }),
+        4)
         << strategy;
   }
   // Every supported strategy has a positive time; dcp's speedup over itself is 1.
