@@ -319,10 +319,10 @@ std::vector<int32_t> SolveBuiltin(const internal::KwayProblem& problem, int roun
 
   if (problem.threads <= 1) {
     // The other starts run in order while the rows do not win.
-    // A start that places the subset as an earlier one did is not refined again (one in six of
-    // the node problems' starts on 4x8 and 16x8, mostly the geometric ones on few rows).
     rows = SolveWholeRows(problem, &rows_km1);
     coarsen();
+    // A start that places the subset as an earlier one did is not refined again (one in six of
+    // the node problems' starts on 4x8 and 16x8, mostly the geometric ones on few rows).
     std::vector<std::vector<int32_t>> placed;
     for (int32_t i = 0; i < kStarts && (i == 0 || !rows_win()); ++i) {
       if (cancelled()) return {};

@@ -5,7 +5,6 @@
 #include <array>
 #include <atomic>
 #include <initializer_list>
-#include <numeric>
 #include <optional>
 #include <random>
 
@@ -249,6 +248,19 @@ std::vector<int32_t> AllVertices(const Hypergraph& g) {
   std::vector<int32_t> all(g.n_vertices());
   for (int32_t v = 0; v < g.n_vertices(); ++v) all[v] = v;
   return all;
+}
+
+// A k-way problem on `subset` of g (of `set`'s blocks) whose caps never bind.
+internal::KwayProblem UncappedProblem(const BlockSet& set, const Hypergraph& g,
+                                      const std::vector<int32_t>& subset, int32_t k,
+                                      uint64_t seed) {
+  return {.graph = g,
+          .sequence_first_block = set.sequence_first_block,
+          .subset = subset,
+          .k = k,
+          .compute_cap = 1e18,
+          .memory_cap = 1e18,
+          .seed = seed};
 }
 
 // A random batch's hypergraph for the PartitionState tests (causal or lambda by seed), and a part
@@ -816,15 +828,8 @@ TEST(PartitionBlocks, PlacesAlikeOnAnyThreadCountWhetherOrNotTheRowsWin) {
 TEST(RunKway, StopsWhenToldAndRunsAsBeforeWhenNot) {
   const BlockSet set = Blocks({8192, 4096, 2048}, "causal", 512);
   const Hypergraph g = BuildHypergraph(set);
-  std::vector<int32_t> subset(g.n_vertices());
-  std::iota(subset.begin(), subset.end(), 0);
-  const internal::KwayProblem problem{.graph = g,
-                                      .sequence_first_block = set.sequence_first_block,
-                                      .subset = subset,
-                                      .k = 4,
-                                      .compute_cap = 1e18,
-                                      .memory_cap = 1e18,
-                                      .seed = 1};
+  const std::vector<int32_t> subset = AllVertices(g);
+  const internal::KwayProblem problem = UncappedProblem(set, g, subset, 4, 1);
   const internal::KwayStart start{.kind = internal::KwayStart::Kind::kGeometric};
   const internal::KwayResult free_run = internal::RunKway(problem, start, 8, 2);
   std::atomic<bool> stop{false};
@@ -851,15 +856,8 @@ TEST(RunKwayFromNewPlacement, RefinesEachPlacementOnceAndLosesNoResult) {
     const BlockSet set = Blocks(RandomLengths(rng, {1, 6}, {1, 12}, 1024),
                                 seed % 2 ? "causal" : "lambda:sink=64,window=2048", 512);
     const Hypergraph g = BuildHypergraph(set);
-    std::vector<int32_t> subset(g.n_vertices());
-    std::iota(subset.begin(), subset.end(), 0);
-    const internal::KwayProblem problem{.graph = g,
-                                        .sequence_first_block = set.sequence_first_block,
-                                        .subset = subset,
-                                        .k = seed % 3 ? 8 : 4,
-                                        .compute_cap = 1e18,
-                                        .memory_cap = 1e18,
-                                        .seed = seed};
+    const std::vector<int32_t> subset = AllVertices(g);
+    const internal::KwayProblem problem = UncappedProblem(set, g, subset, seed % 3 ? 8 : 4, seed);
     std::vector<std::vector<int32_t>> placed;
     std::vector<internal::KwayResult> ends;
     for (const internal::KwayStart& start : starts) {
@@ -920,13 +918,7 @@ TEST(RunKway, AnFmPassLeavesNoVertexItDidNotMoveAMoveThatLowersKm1) {
     const int32_t k = 2 + static_cast<int32_t>(seed % 7);
     const std::vector<int32_t> all = AllVertices(g);
     const std::vector<int32_t> start = RunsWithStrays(g, all, k, rng);
-    const internal::KwayProblem problem{.graph = g,
-                                        .sequence_first_block = set.sequence_first_block,
-                                        .subset = all,
-                                        .k = k,
-                                        .compute_cap = 1e18,
-                                        .memory_cap = 1e18,
-                                        .seed = seed};
+    const internal::KwayProblem problem = UncappedProblem(set, g, all, k, seed);
     const internal::KwayResult result = internal::RunKway(
         problem, {.kind = internal::KwayStart::Kind::kGiven, .given = &start}, /*rounds=*/0,
         /*fm_passes=*/1);
