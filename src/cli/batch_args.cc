@@ -23,11 +23,6 @@ void AddBatchOptions(CLI::App& app, BatchArgs& args) {
   app.add_option("--tokens", args.tokens, "Token budget of the synthetic batch")
       ->capture_default_str();
   app.add_option("--seed", args.seed, "Seed of the synthetic batch (and of placement)")
-      ->check(CLI::Validator(
-          [](const std::string& text) {
-            return text.starts_with('-') ? "the seed must be >= 0, not " + text : std::string();
-          },
-          "SEED >= 0"))
       ->capture_default_str();
   app.add_option("--mask", args.mask,
                  "Mask spec for every sequence (docs/mask_spec.md), or @FILE with a JSON mask")
@@ -107,12 +102,7 @@ namespace {
 // `empty_sequences`: set to the empty sequences an --idx file held (left out), else 0.
 Result<std::vector<int64_t>> BuildLengths(const BatchArgs& args, int64_t* empty_sequences) {
   *empty_sequences = 0;
-  if (args.seqlens) {
-    if (args.seqlens->empty()) {
-      return Status::InvalidArgument("--seqlens is empty: give lengths like 4096,1000");
-    }
-    return ParseLengthList(*args.seqlens);
-  }
+  if (args.seqlens) return ParseLengthList(*args.seqlens);
   if (args.seqlens_file) return ReadLengthsFile(*args.seqlens_file);
   if (args.idx) {
     DCP_ASSIGN_OR_RETURN(MegatronIndexLengths index, ReadMegatronIndex(*args.idx));

@@ -173,7 +173,18 @@ int Run(const CLI::App& cmd, BatchArgs batch_args, const SimulateArgs& args) {
     Result<ModelSpec> parsed = ParseModelSpec(args.model);
     if (!parsed.ok()) return ReportError(parsed.status().WithContext("--model"));
     model = *parsed;
-    // The batch's attention is the model's.
+    // The batch's attention is the model's; a shape option given as well must agree with it.
+    const std::pair<const char*, int64_t> shape[] = {{"--heads", model->heads},
+                                                     {"--kv-heads", model->kv_heads},
+                                                     {"--head-dim", model->hidden / model->heads}};
+    const int64_t given[] = {batch_args.heads, batch_args.kv_heads, batch_args.head_dim};
+    for (size_t i = 0; i < 3; ++i) {
+      if (cmd.count(shape[i].first) > 0 && given[i] != shape[i].second) {
+        return ReportError(Status::InvalidArgument(fmt::format(
+            "{} {} is not the model's ({}): give the attention shape by --model alone",
+            shape[i].first, given[i], shape[i].second)));
+      }
+    }
     batch_args.heads = model->heads;
     batch_args.kv_heads = model->kv_heads;
     batch_args.head_dim = model->hidden / model->heads;

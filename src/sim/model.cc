@@ -17,6 +17,15 @@ Status ModelSpec::Validate() const {
         "model '{}': layers, hidden, heads, kv_heads and ffn must be >= 1 (got {}, {}, {}, {}, {})",
         name, layers, hidden, heads, kv_heads, ffn));
   }
+  // Far above any model, and low enough that the parameter count (a few products of two of
+  // them) fits 64 bits.
+  constexpr int64_t kMaxField = int64_t{1} << 24;
+  if (std::max({layers, hidden, heads, kv_heads, ffn}) > kMaxField) {
+    return Status::InvalidArgument(fmt::format(
+        "model '{}': layers, hidden, heads, kv_heads and ffn must be at most {} (got {}, {}, {}, "
+        "{}, {})",
+        name, kMaxField, layers, hidden, heads, kv_heads, ffn));
+  }
   if (hidden % heads != 0 || heads % kv_heads != 0) {
     return Status::InvalidArgument(fmt::format(
         "model '{}': heads {} must divide hidden {} and kv_heads {} must divide heads", name,

@@ -255,12 +255,13 @@ TEST(CliBlocks, RejectsADirectoryAnEmptyLengthListAndANegativeSeed) {
     EXPECT_NE(run.err.find("is a directory, not a file"), std::string::npos) << run.err;
   }
   const CliRun empty = RunDcp({"blocks", "--seqlens", ""});
-  EXPECT_EQ(empty.exit_code, 1) << empty.out;
-  EXPECT_NE(empty.err.find("--seqlens is empty"), std::string::npos) << empty.err;
+  EXPECT_EQ(empty.exit_code, 2) << empty.out;
+  EXPECT_NE(empty.err.find("--seqlens: the value is empty"), std::string::npos) << empty.err;
   const CliRun negative = RunDcp({"blocks", "--seed", "-1"});
   EXPECT_NE(negative.exit_code, 0);
   EXPECT_NE(negative.err.find("--seed"), std::string::npos) << negative.err;
-  EXPECT_NE(negative.err.find("must be >= 0"), std::string::npos) << negative.err;
+  EXPECT_NE(negative.err.find("is negative; expected an integer >= 0"), std::string::npos)
+      << negative.err;
   EXPECT_TRUE(negative.out.empty()) << negative.out;
 }
 
@@ -284,6 +285,44 @@ TEST(Cli, UsageErrorsExitTwoFailuresOneWithOneErrorLine) {
   const CliRun failure = RunDcp({"blocks", "--seqlens-file", "/no/such/file"});
   EXPECT_EQ(failure.exit_code, 1);
   EXPECT_EQ(failure.err.rfind("dcp: error: ", 0), 0u) << failure.err;
+}
+
+// Integers are decimal within 64 bits: a leading zero does not make octal, hex and exponents are
+// refused, and an out-of-range value is named, not wrapped; an empty value is refused for every
+// option that takes one.
+TEST(Cli, ReadsIntegersAsDecimalAndRefusesEmptyValues) {
+  const nlohmann::json j = ParseJson(RunDcp(
+      {"blocks", "--seqlens", "300", "--block-size", "0100", "--heads", "010", "--json"}));
+  EXPECT_EQ(j.value("block_size", -1), 100);
+  EXPECT_EQ(j.value("n_data_blocks", -1), 3);
+  ASSERT_TRUE(j.contains("shape"));
+  EXPECT_EQ(j["shape"].value("heads", -1), 10);
+  const std::pair<std::vector<std::string>, std::string> refused[] = {
+      {{"blocks", "--heads", "0x10"}, "--heads: '0x10' is not a decimal integer"},
+      {{"blocks", "--tokens", "1e5"}, "--tokens: '1e5' is not a decimal integer"},
+      {{"blocks", "--heads", "99999999999999999999999"}, "is out of range"},
+      {{"blocks", "--seed", "18446744073709551616"}, "--seed: '18446744073709551616' is out of"},
+      {{"bench", "--first-seed", "-1"}, "--first-seed: '-1' is negative"},
+      {{"plan", "-o", ""}, "--output: the value is empty"},
+      {{"plan", "--topology", ""}, "--topology: the value is empty"},
+      {{"simulate", "--trace", ""}, "--trace: the value is empty"},
+  };
+  for (const auto& [args, message] : refused) {
+    const CliRun run = RunDcp(args);
+    EXPECT_EQ(run.exit_code, 2) << args[1] << ": " << run.err;
+    EXPECT_NE(run.err.find(message), std::string::npos) << run.err;
+    EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  }
+}
+
+// --model sets the attention shape; a shape option that disagrees with it is refused (it was
+// silently overridden).
+TEST(CliSimulate, RefusesAShapeOptionThatDisagreesWithTheModel) {
+  const CliRun run = RunDcp({"simulate", "--model", "llama3-8b", "--heads", "8"});
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_NE(run.err.find("--heads 8 is not the model's (32)"), std::string::npos) << run.err;
+  const CliRun dim = RunDcp({"simulate", "--model", "llama3-8b", "--head-dim", "64"});
+  EXPECT_NE(dim.err.find("--head-dim 64 is not the model's (128)"), std::string::npos) << dim.err;
 }
 
 TEST(CliBench, ABadOutputDirectoryFailsBeforeTheRun) {

@@ -22,7 +22,10 @@ TEST(ModelSpec, ParsesThePresetAndGenericSpecs) {
   EXPECT_EQ(generic->kv_heads, 2);
   for (const char* bad : {"gpt5", "layers=2,hidden=256", "layers=2,hidden=256,heads=3,kv_heads=1,ffn=8",
                           "layers=x,hidden=256,heads=4,kv_heads=2,ffn=512",
-                          "layers=2,layers=2,hidden=256,heads=4,kv_heads=2,ffn=512"}) {
+                          "layers=2,layers=2,hidden=256,heads=4,kv_heads=2,ffn=512",
+                          // Sizes whose parameter count would overflow 64 bits.
+                          "layers=2,hidden=256,heads=4,kv_heads=2,ffn=4611686018427387904",
+                          "layers=9223372036854775807,hidden=256,heads=4,kv_heads=2,ffn=512"}) {
     EXPECT_FALSE(ParseModelSpec(bad).ok()) << bad;
   }
 }
