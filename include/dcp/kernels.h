@@ -145,14 +145,17 @@ class KernelBackend {
   // The tiles of one BlockwiseAttention instruction, in order (several may accumulate into one
   // buffer: a backend must not race on it). Rows a tile does not allow leave its accumulators
   // unchanged; an accumulator that never receives anything stays O = 0, LSE = -inf. `scale`
-  // multiplies q.k before the softmax; q, kv and d_o are in `dtype`.
+  // multiplies q.k before the softmax; q, kv and d_o are in `dtype`. NaN is never lost: a row
+  // whose allowed scores hold a NaN or +inf gets NaN in O and LSE, and in the backward NaN in
+  // dQ and in the dK and dV of its allowed columns, as the dense softmax gives (NaN may also
+  // reach more elements of the same tile, through the products).
   virtual Status AttendForward(std::span<const ForwardTile> tiles, DType dtype, float scale) = 0;
   virtual Status AttendBackward(std::span<const BackwardTile> tiles, DType dtype,
                                 float scale) = 0;
 
   // (o, lse) = log-sum-exp merge of the (sources[i], lse_sources[i]) pairs, in fp32, over `rows`
-  // rows (tokens x heads) of `head_dim` values; no sources give O = 0, LSE = -inf. The
-  // destination may be one of the sources.
+  // rows (tokens x heads) of `head_dim` values; no sources give O = 0, LSE = -inf; a source
+  // row with LSE NaN makes the row NaN. The destination may be one of the sources.
   virtual Status MergeLse(SlotRef o, float* lse, std::span<const SlotRef> sources,
                           std::span<const float* const> lse_sources, int64_t rows,
                           int64_t head_dim) = 0;

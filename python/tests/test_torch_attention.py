@@ -5,6 +5,7 @@ forward and backward (autograd) must give the dense single-process reference's r
 rank."""
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
@@ -256,3 +257,34 @@ def _strided(rank, world, kernels):
 @pytest.mark.parametrize("kernels", KERNELS)
 def test_strided_tensors_give_the_results_of_contiguous_ones(kernels):
     run_ranks(_strided, 2, kernels)
+
+
+def _nan_reaches_its_row(rank, world, kernels, sign):
+    # One NaN in Q of token T, head H of the first (causal) sequence.
+    batch = dcp.Batch(SEQLENS, "causal", dtype="fp32", **SHAPE)
+    plan = dcp.plan(batch, topology=(1, world), block_size=32, other_strategies=False)
+    q, kv, w = _inputs(torch.float32)
+    T, H = 100, 3
+    q[T, H, 5] = math.copysign(math.nan, sign)
+    executor = dt.AttentionExecutor(kernels=kernels)
+    executor.prepare(plan)
+    ql = dt.dispatch(q, plan, rank).float().requires_grad_()
+    kvl = dt.dispatch(kv, plan, rank).float().requires_grad_()
+    o = dt.DCPAttention.apply(executor, ql, kvl)
+    (o * dt.dispatch(w, plan, rank).float()).sum().backward()
+    o, dq, dkv = (dt.undispatch(x.detach(), plan) for x in (o, ql.grad, kvl.grad))
+    kv_head = H // (SHAPE["heads"] // SHAPE["kv_heads"])
+    # The row and its gradients are NaN, as the dense softmax gives; the rows before it (which do
+    # not see it) and every other sequence stay finite.
+    assert o[T, H].isnan().all() and dq[T, H].isnan().all()
+    assert dkv[:T + 1, :, kv_head].isnan().all()
+    assert o[:T].isfinite().all() and dq[:T].isfinite().all()
+    first = SEQLENS[0]
+    for x in (o, dq, dkv):
+        assert x[first:].isfinite().all()
+
+
+@pytest.mark.parametrize("kernels", KERNELS)
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_a_nan_input_reaches_its_rows_output_and_gradients(kernels, sign):
+    run_ranks(_nan_reaches_its_row, 2, kernels, sign)

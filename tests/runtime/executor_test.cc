@@ -3,6 +3,9 @@
 // layout, and together the devices must give the dense single-device reference.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+#include <numeric>
 #include <random>
 #include <thread>
 
@@ -90,6 +93,96 @@ TEST(Executor, StridedTensorsGiveExactlyTheResultsOfContiguousOnes) {
   EXPECT_EQ(strided.dq, contiguous.dq);
   EXPECT_EQ(strided.dk, contiguous.dk);
   EXPECT_EQ(strided.dv, contiguous.dv);
+}
+
+// Which elements of each output are NaN.
+std::vector<std::vector<bool>> NanPattern(const BatchTensors& t) {
+  std::vector<std::vector<bool>> pattern;
+  for (Output output : kOutputs) {
+    const std::vector<float>& values = OutputOf(t, output);
+    pattern.emplace_back(values.size());
+    for (size_t i = 0; i < values.size(); ++i) pattern.back()[i] = std::isnan(values[i]);
+  }
+  return pattern;
+}
+
+// A NaN in an input (of either sign: x86 arithmetic makes negative ones) is never lost: every
+// output element the dense reference gives as NaN is NaN in dcp's run too, LSE exactly where
+// the reference's is, nothing of the other sequences turns NaN, and every element left finite
+// matches the reference (NaN may reach more elements of the poisoned sequence's tiles through
+// their products). The CPU kernels took a row with a NaN score for one that sees nothing (O = 0,
+// LSE = -inf) and the LSE merge dropped NaN sources, so a diverging model trained on.
+TEST(Executor, ANanInAnInputReachesEveryOutputTheDenseReferenceGivesAsNan) {
+  std::mt19937_64 rng(29);
+  const char* const kinds[] = {"q", "k", "v", "d_o"};
+  int cases = 0;
+  for (const char* mask : testing::kEndToEndMasks) {
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+      for (const char* kind : kinds) {
+        std::vector<int64_t> lengths(2 + rng() % 2);
+        for (int64_t& l : lengths) l = 20 + static_cast<int64_t>(rng() % 130);
+        const Plan plan = MakePlan(lengths, mask, dtype, {.nodes = 2, .devices_per_node = 2});
+        BatchTensors run = BatchTensors::ZerosFor(plan);
+        testing::FillInputs(rng(), dtype, run);
+        // One element of the first sequence becomes NaN.
+        const AttentionShape& shape = plan.shape;
+        const int64_t token = static_cast<int64_t>(rng() % static_cast<uint64_t>(lengths[0]));
+        const bool q_side = kind[0] == 'q' || kind[0] == 'd';
+        const int64_t heads = q_side ? shape.heads : shape.kv_heads;
+        std::vector<float>& tensor = kind[0] == 'q' ? run.q
+                                     : kind[0] == 'k' ? run.k
+                                     : kind[0] == 'v' ? run.v
+                                                      : run.d_o;
+        const int64_t at = (token * heads + static_cast<int64_t>(rng() % heads)) * shape.head_dim +
+                           static_cast<int64_t>(rng() % shape.head_dim);
+        tensor[static_cast<size_t>(at)] =
+            std::copysign(std::numeric_limits<float>::quiet_NaN(), rng() % 2 == 0 ? 1.f : -1.f);
+        SCOPED_TRACE(::testing::Message() << mask << " " << ToString(dtype) << " NaN in " << kind
+                                          << "[" << at << "] (token " << token << ")");
+        BatchTensors reference = run;
+        ASSERT_TRUE(testing::RootCause(RunLocalDevices(plan, run, {.dtype = dtype})).ok());
+        DenseAttention(BatchOf(plan, mask), 0, reference);
+
+        const std::vector<std::vector<bool>> got = NanPattern(run), want = NanPattern(reference);
+        for (size_t o = 0; o < got.size(); ++o) {
+          const Output output = kOutputs[o];
+          const int64_t per_token =
+              static_cast<int64_t>(got[o].size()) / std::accumulate(lengths.begin(), lengths.end(),
+                                                                    int64_t{0});
+          int64_t lost = 0, poisoned_elsewhere = 0;
+          for (size_t i = 0; i < got[o].size(); ++i) {
+            lost += want[o][i] && !got[o][i];
+            poisoned_elsewhere += got[o][i] && static_cast<int64_t>(i) >= lengths[0] * per_token;
+          }
+          EXPECT_EQ(lost, 0) << ToString(output) << ": NaN in the reference, finite in dcp";
+          EXPECT_EQ(poisoned_elsewhere, 0) << ToString(output) << ": NaN in another sequence";
+          if (output == Output::kLse) {
+            EXPECT_EQ(got[o], want[o]);
+          }
+          if (output == Output::kO) {
+            // A NaN in dO leaves the forward alone; one in Q, K or V reaches O.
+            const auto reached = std::count(got[o].begin(), got[o].end(), true);
+            if (kind[0] == 'd') {
+              EXPECT_EQ(reached, 0);
+            } else {
+              EXPECT_GT(reached, 0);
+            }
+          }
+        }
+        // Where dcp is NaN both are set to 0; the rest must match.
+        for (auto [mine, theirs] : {std::pair{&run.o, &reference.o}, {&run.lse, &reference.lse},
+                                    {&run.dq, &reference.dq}, {&run.dk, &reference.dk},
+                                    {&run.dv, &reference.dv}}) {
+          for (size_t i = 0; i < mine->size(); ++i) {
+            if (std::isnan((*mine)[i])) (*mine)[i] = (*theirs)[i] = 0.f;
+          }
+        }
+        testing::ExpectWithinTolerance(run, reference, dtype);
+        ++cases;
+      }
+    }
+  }
+  EXPECT_EQ(cases, 64);
 }
 
 // The executor reaches data only through its backend: a recording backend sees exactly the calls

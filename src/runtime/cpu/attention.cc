@@ -118,6 +118,7 @@ void StoreRun(std::byte* data, DType dtype, int64_t i, const float* from, int64_
 namespace {
 
 constexpr float kNegativeInfinity = -std::numeric_limits<float>::infinity();
+constexpr float kInfinity = std::numeric_limits<float>::infinity();
 
 // Query rows (token, query head) per chunk: the M of every GEMM and the height of every panel
 // (unless a KV head has more query heads than this; then a chunk is one token).
@@ -204,11 +205,13 @@ inline float Exp(float x) {
 }
 
 // Floats as int32 keys in the same order (-inf < ... < -0 < +0 < ... < +inf < NaN): a negative
-// float's magnitude bits are flipped. GCC vectorizes an integer max but not a float one (that
-// needs -ffinite-math-only).
+// float's magnitude bits are flipped, and a NaN of either sign (x86's arithmetic makes negative
+// ones) takes the largest key. GCC vectorizes an integer max but not a float one (that needs
+// -ffinite-math-only).
 inline int32_t OrderedKey(float x) {
   const int32_t bits = std::bit_cast<int32_t>(x);
-  return bits ^ ((bits >> 31) & 0x7fffffff);
+  const int32_t is_nan = -static_cast<int32_t>((bits & 0x7fffffff) > 0x7f800000);
+  return ((bits ^ ((bits >> 31) & 0x7fffffff)) & ~is_nan) | (0x7fffffff & is_nan);
 }
 inline float FromOrderedKey(int32_t key) {
   return std::bit_cast<float>(key ^ ((key >> 31) & 0x7fffffff));
@@ -470,8 +473,10 @@ void GatherRows(float* panel, const std::byte* data, DType dtype, const TileLayo
 // Forward, one piece of the chunk of tokens [t0, t1): turns the scores S [rows][w] into P =
 // exp(S - running max) on each row's allowed columns and 0 elsewhere (online softmax), updating
 // the running max and sum of every row and rescaling its O panel row when the max grows. A row
-// with no allowed column in the piece (or only -inf or NaN scores, which only non-finite inputs
-// give) takes nothing from it.
+// with no allowed column in the piece, or only -inf scores, takes nothing from it. A row with a
+// NaN or +inf score, which only non-finite inputs or an overflowing dot product give, is
+// poisoned: its running max becomes NaN, and the merge makes its O and LSE NaN, as the dense
+// softmax does, so that a diverging model shows NaN instead of an output that hides it.
 DCP_VECTOR_CLONES void OnlineSoftmax(const RowRanges& rows, int64_t t0, int64_t t1, int64_t group,
                                      ColumnRange piece, float* s_panel, float* row_max,
                                      float* row_sum, float* o_panel, int64_t d,
@@ -483,9 +488,15 @@ DCP_VECTOR_CLONES void OnlineSoftmax(const RowRanges& rows, int64_t t0, int64_t 
       float* s_row = s_panel + r * w;
       float piece_max = kNegativeInfinity;
       for (const ColumnRange& c : clipped) {
-        piece_max = std::max(piece_max, MaxOf(s_row + c.begin, c.end - c.begin));
+        const float m = MaxOf(s_row + c.begin, c.end - c.begin);
+        if (m > piece_max || std::isnan(m)) piece_max = m;  // std::max would drop a NaN m
       }
-      if (!(piece_max > kNegativeInfinity)) {
+      if (std::isnan(row_max[r]) || !(piece_max < kInfinity)) {
+        row_max[r] = std::numeric_limits<float>::quiet_NaN();
+        Zero(s_row, w);
+        continue;
+      }
+      if (piece_max == kNegativeInfinity) {
         Zero(s_row, w);
         continue;
       }
@@ -511,7 +522,10 @@ DCP_VECTOR_CLONES void OnlineSoftmax(const RowRanges& rows, int64_t t0, int64_t 
 
 // Backward, one piece of the chunk of tokens [t0, t1) and KV head g: turns S [rows][w] into P =
 // exp(S - LSE) and dP into dS = scale * P * (dP - Delta) on each row's allowed columns, both 0
-// elsewhere. A row with LSE = -inf attended to nothing: no softmax and no gradient.
+// elsewhere. A row with LSE = -inf attended to nothing: no softmax and no gradient. A row whose
+// LSE or Delta is not finite (the forward poisoned it, or dO holds a NaN) gets NaN in P and dS
+// on its allowed columns, so that its dQ and the dK and dV of its columns are NaN, as in the
+// dense backward.
 DCP_VECTOR_CLONES void SoftmaxGradients(const RowRanges& rows, int64_t t0, int64_t t1,
                                         const TileLayout& at, int64_t g, ColumnRange piece,
                                         const float* lse, const float* delta, float scale,
@@ -524,17 +538,23 @@ DCP_VECTOR_CLONES void SoftmaxGradients(const RowRanges& rows, int64_t t0, int64
       const int64_t row = at.Row(t, g * at.group + r % at.group);
       float* s_row = s_panel + r * w;
       float* dp_row = dp_panel + r * w;
-      if (!(lse[row] > kNegativeInfinity)) {
+      if (lse[row] == kNegativeInfinity) {
         Zero(s_row, w);
         Zero(dp_row, w);
         continue;
       }
+      const bool poisoned = !(std::abs(lse[row]) < kInfinity && std::abs(delta[row]) < kInfinity);
       int64_t done = 0;
       for (const ColumnRange& c : clipped) {
         Zero(s_row + done, c.begin - done);
         Zero(dp_row + done, c.begin - done);
-        SoftmaxGradient(s_row + c.begin, dp_row + c.begin, c.end - c.begin, lse[row], delta[row],
-                        scale);
+        if (poisoned) {
+          std::fill(s_row + c.begin, s_row + c.end, std::numeric_limits<float>::quiet_NaN());
+          std::fill(dp_row + c.begin, dp_row + c.end, std::numeric_limits<float>::quiet_NaN());
+        } else {
+          SoftmaxGradient(s_row + c.begin, dp_row + c.begin, c.end - c.begin, lse[row],
+                          delta[row], scale);
+        }
         done = c.end;
       }
       Zero(s_row + done, w - done);
@@ -601,16 +621,22 @@ void AttendForward(float* o, float* lse, const std::byte* q, const std::byte* kv
              o_panel, d);
       }
 
-      // Merge by log-sum-exp into the accumulators.
+      // Merge by log-sum-exp into the accumulators; a poisoned row (NaN) poisons its
+      // accumulator, and a poisoned accumulator stays so.
       for (int64_t r = 0; r < m; ++r) {
-        if (!(row_max[r] > kNegativeInfinity)) continue;
+        if (row_max[r] == kNegativeInfinity) continue;
         const int64_t row = at.Row(t0 + r / at.group, g * at.group + r % at.group);
+        float* acc_o = o + row * d;
+        float& acc_lse = lse[row];
+        if (std::isnan(row_max[r]) || std::isnan(acc_lse)) {
+          std::fill(acc_o, acc_o + d, std::numeric_limits<float>::quiet_NaN());
+          acc_lse = std::numeric_limits<float>::quiet_NaN();
+          continue;
+        }
         const float sum = row_sum[r];
         const float tile_lse = row_max[r] + std::log(sum);
         const float* tile_o = o_panel + r * d;
-        float* acc_o = o + row * d;
-        float& acc_lse = lse[row];
-        if (!(acc_lse > kNegativeInfinity)) {
+        if (acc_lse == kNegativeInfinity) {
           const float inv_sum = 1.0f / sum;
           for (int64_t k = 0; k < d; ++k) acc_o[k] = tile_o[k] * inv_sum;
           acc_lse = tile_lse;

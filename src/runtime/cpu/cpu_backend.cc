@@ -120,7 +120,17 @@ class CpuBackend final : public KernelBackend {
     row.resize(static_cast<size_t>(head_dim));
     for (int64_t r = 0; r < rows; ++r) {
       float max = kNegInf;
-      for (const float* s : lse_sources) max = std::max(max, s[r]);
+      bool poisoned = false;  // a source's row is NaN (a NaN input reached it): so is the merge
+      for (const float* s : lse_sources) {
+        max = std::max(max, s[r]);
+        poisoned = poisoned || std::isnan(s[r]);
+      }
+      if (poisoned) {
+        std::fill(acc.begin(), acc.end(), std::numeric_limits<float>::quiet_NaN());
+        StoreRun(o.data, o.dtype, r * head_dim, acc.data(), head_dim);
+        lse[r] = std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
       float total = 0;
       for (size_t i = 0; i < sources.size(); ++i) {
         weight[i] = max == kNegInf ? 0.f : std::exp(lse_sources[i][r] - max);
