@@ -288,3 +288,43 @@ def _nan_reaches_its_row(rank, world, kernels, sign):
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_a_nan_input_reaches_its_rows_output_and_gradients(kernels, sign):
     run_ranks(_nan_reaches_its_row, 2, kernels, sign)
+
+
+def _backward_without_its_plan(rank, world):
+    import gc
+    plans = [dcp.plan(dcp.Batch(lengths, "causal", dtype="fp32", **SHAPE), topology=(1, world),
+                      block_size=32) for lengths in ([96, 64], [64, 96])]
+    executor = dt.AttentionExecutor()
+    executor.prepare(plans[0])
+    q, kv, _ = _inputs(torch.float32)
+    q, kv = q[:160].float(), kv[:160].float()
+
+    def forward(plan):
+        ql = dt.dispatch(q, plan, rank).requires_grad_()
+        kvl = dt.dispatch(kv, plan, rank).requires_grad_()
+        return dt.DCPAttention.apply(executor, ql, kvl).sum(), ql
+    # The same local token count under both plans: only the generation check tells them apart.
+    assert plans[0].local_tokens(rank) == plans[1].local_tokens(rank)
+    loss, _ = forward(plans[0])
+    executor.prepare(plans[1])
+    with pytest.raises(RuntimeError, match=r"prepare\(\) was called between this attention's "
+                                           r"forward and its backward"):
+        loss.backward()
+    # Forward and backward of the new plan run, and the next prepare after a backward is fine.
+    loss, ql = forward(plans[1])
+    loss.backward()
+    assert ql.grad.isfinite().all()
+    executor.prepare(plans[0])
+    loss, ql = forward(plans[0])
+    loss.backward()
+    assert ql.grad.isfinite().all()
+    # An executor gone before the backward: a clear error, not a KeyError.
+    loss, _ = forward(plans[0])
+    del executor
+    gc.collect()
+    with pytest.raises(RuntimeError, match="keep it alive until the backward has run"):
+        loss.backward()
+
+
+def test_a_backward_whose_plan_is_gone_raises_a_clear_error():
+    run_ranks(_backward_without_its_plan, 1)

@@ -16,6 +16,7 @@ tensors' device. ``kernels="auto"`` picks the CPU kernels for CPU tensors and to
 """
 # No `from __future__ import annotations`: torch 2.4 reads the operators' annotations as types.
 
+import itertools
 import weakref
 
 import torch
@@ -68,8 +69,12 @@ class AttentionExecutor:
         # One communicator for every plan this executor runs: exchange ids repeat from plan to
         # plan and match in order; its failure channel stays posted once.
         self._comm = ProcessGroupComm(group, timeout_s, store)
-        self.handle = id(self)
+        # Never reused (an id() is, once its object is gone), so a handle names one executor.
+        self.handle = next(_handles)
         _executors[self.handle] = self
+        # Counts prepare() calls: a forward hands its backward the generation it ran, so that a
+        # backward after the next prepare() raises instead of running another plan's programs.
+        self.generation = 0
 
     def prepare(self, plan: "_core.Plan") -> None:
         """Makes ``plan`` the one the next calls run. Collective: every rank of the group calls
@@ -87,6 +92,7 @@ class AttentionExecutor:
                              f"group has {self.size} ranks")
         self.plan = plan
         self._executors = {}
+        self.generation += 1
 
     @property
     def local_tokens(self) -> int:
@@ -143,42 +149,63 @@ class AttentionExecutor:
 
 
 # The executor behind each handle: the operators below take an int, not the executor object, so
-# that torch.library (and torch.compile through it) sees only tensors and plain numbers.
+# that torch.library (and torch.compile through it) sees only tensors and plain numbers. The
+# handle stays the same from plan to plan (a compiled graph holds it as a constant); the plan's
+# generation travels from forward to backward as a tensor instead.
 _executors: "weakref.WeakValueDictionary[int, AttentionExecutor]" = weakref.WeakValueDictionary()
+_handles = itertools.count(1)
+
+
+def _executor(handle: int) -> AttentionExecutor:
+    executor = _executors.get(handle)
+    if executor is None:
+        raise RuntimeError("dcp.torch: the AttentionExecutor of this attention call no longer "
+                           "exists; keep it alive until the backward has run")
+    return executor
 
 
 @torch.library.custom_op("dcp::attention_forward", mutates_args=())
 def _attention_forward(q: torch.Tensor, kv: torch.Tensor,
-                       handle: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return _executors[handle].forward(q, kv)
+                       handle: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    executor = _executor(handle)
+    o, lse = executor.forward(q, kv)
+    return o, lse, torch.tensor([executor.generation], dtype=torch.int64)
 
 
 @_attention_forward.register_fake
 def _(q, kv, handle):
-    return q.new_empty(q.shape), q.new_empty(q.shape[:2], dtype=torch.float32)
+    return (q.new_empty(q.shape), q.new_empty(q.shape[:2], dtype=torch.float32),
+            torch.empty(1, dtype=torch.int64, device="cpu"))
 
 
 @torch.library.custom_op("dcp::attention_backward", mutates_args=())
 def _attention_backward(q: torch.Tensor, kv: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-                        d_o: torch.Tensor, handle: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return _executors[handle].backward(q, kv, o, lse, d_o)
+                        d_o: torch.Tensor, generation: torch.Tensor,
+                        handle: int) -> tuple[torch.Tensor, torch.Tensor]:
+    executor = _executor(handle)
+    if int(generation.item()) != executor.generation:
+        raise RuntimeError(
+            "dcp.torch: AttentionExecutor.prepare() was called between this attention's forward "
+            "and its backward, so its plan is gone; run the backward before preparing the next "
+            "batch, or use one executor per batch in flight (pipelined micro-batches)")
+    return executor.backward(q, kv, o, lse, d_o)
 
 
 @_attention_backward.register_fake
-def _(q, kv, o, lse, d_o, handle):
+def _(q, kv, o, lse, d_o, generation, handle):
     return q.new_empty(q.shape), kv.new_empty(kv.shape)
 
 
 def _setup_context(ctx, inputs, output) -> None:
     q, kv, handle = inputs
-    o, lse = output
-    ctx.save_for_backward(q, kv, o, lse)
+    o, lse, generation = output
+    ctx.save_for_backward(q, kv, o, lse, generation)
     ctx.handle = handle
 
 
-def _backward(ctx, d_o, d_lse):
-    q, kv, o, lse = ctx.saved_tensors
-    dq, dkv = _attention_backward(q, kv, o, lse, d_o.contiguous(), ctx.handle)
+def _backward(ctx, d_o, d_lse, d_generation):
+    q, kv, o, lse, generation = ctx.saved_tensors
+    dq, dkv = _attention_backward(q, kv, o, lse, d_o.contiguous(), generation, ctx.handle)
     return dq, dkv, None
 
 
