@@ -20,6 +20,7 @@ torch >= 2.4 (torch.library.custom_op).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any, Union
 
@@ -47,13 +48,39 @@ Topology = Union[str, tuple[int, int]]
 Masks = Union[str, MaskSpec, Sequence[Union[str, MaskSpec]]]
 
 
+def _integer(what: str, value: Any) -> int:
+    """``value`` as an int: any integer type (numpy's too), never a float or bool to truncate."""
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise TypeError(f"{what} must be an integer, not {value!r}")
+
+
 def _topology(topology: Topology) -> str:
     if isinstance(topology, str):
         return topology
-    if isinstance(topology, tuple) and len(topology) == 2:
-        nodes, devices_per_node = topology
-        return f"{int(nodes)}x{int(devices_per_node)}"
+    if isinstance(topology, (tuple, list)) and len(topology) == 2:
+        nodes, devices_per_node = (_integer(f"topology {topology!r}: a count", x) for x in topology)
+        return f"{nodes}x{devices_per_node}"
     raise TypeError(f"topology must be 'NxM' or (nodes, devices_per_node), not {topology!r}")
+
+
+def _tuned(what: str, value: int | None) -> int:
+    """An option that None tunes, as the planner takes it (0 there means tune)."""
+    if value is None:
+        return 0
+    value = _integer(what, value)
+    if value < 1:
+        raise ValueError(f"{what}={value} must be >= 1, or None to tune it")
+    return value
+
+
+def _tolerance_pair(what: str, pair: Any) -> tuple[float, float]:
+    if isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2:
+        raise TypeError(f"{what} must be a (per device, per node) pair of numbers, not {pair!r}")
+    return float(pair[0]), float(pair[1])
 
 
 def plan(
@@ -117,16 +144,16 @@ def plan(
     return _core.plan(
         batch,
         _topology(topology),
-        0 if block_size is None else block_size,
-        0 if head_groups is None else head_groups,
-        None if tolerances is None else (float(tolerances[0]), float(tolerances[1])),
+        _tuned("block_size", block_size),
+        _tuned("head_groups", head_groups),
+        None if tolerances is None else _tolerance_pair("tolerances", tolerances),
         eps_memory,
         divisions,
         division_choice,
         cluster,
         None if candidate_block_sizes is None else list(candidate_block_sizes),
         None if candidate_tolerances is None else
-        [(float(c), float(i)) for c, i in candidate_tolerances],
+        [_tolerance_pair("each of candidate_tolerances", t) for t in candidate_tolerances],
         other_strategies,
         max_candidates,
         threads,
@@ -142,8 +169,12 @@ def plan_baseline(strategy: str, batch: Batch, topology: Topology, *, inner_ring
     ``"te"``, ``"loongtrain"`` (``inner_ring``: LoongTrain's context ranks per inner ring),
     ``"fcp"`` or ``"magi"`` (their default options, docs/baselines.md).
 
-    Raises ValueError for an unknown strategy or one that cannot run the batch on the topology.
+    Raises ValueError for an unknown strategy or one that cannot run the batch on the topology,
+    and for an ``inner_ring`` other than 1 given to a strategy without inner rings.
     """
+    inner_ring = _integer("inner_ring", inner_ring)
+    if inner_ring != 1 and strategy != "loongtrain":
+        raise ValueError(f"inner_ring={inner_ring} is LoongTrain's option; {strategy!r} has none")
     return _core.plan_baseline(strategy, batch, _topology(topology), inner_ring)
 
 

@@ -153,6 +153,8 @@ def test_baselines_plan_the_batch(batch):
         (dict(topology="4"), "4"),
         (dict(topology=(0, 8)), "0x8"),
         (dict(block_size=-1), "block_size"),
+        (dict(block_size=0), r"block_size=0 must be >= 1, or None to tune it"),
+        (dict(head_groups=0), r"head_groups=0 must be >= 1, or None to tune it"),
         (dict(head_groups=3), "head_groups"),
         (dict(tolerances=(-1.0, 0.4)), "eps_compute"),
         (dict(candidate_block_sizes=[0]), "block_sizes"),
@@ -171,6 +173,30 @@ def test_baselines_plan_the_batch(batch):
 def test_bad_plan_options_raise_value_error(batch, kwargs, message):
     with pytest.raises(ValueError, match=message):
         dcp.plan(batch, **{"topology": "1x2", "block_size": 64, **kwargs})
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(topology=(1.5, 2)), r"topology \(1.5, 2\): a count must be an integer, not 1.5"),
+        (dict(topology=(True, 2)), "must be an integer, not True"),
+        (dict(block_size=32.7), "block_size must be an integer, not 32.7"),
+        (dict(tolerances=(0.1,)), r"tolerances must be a \(per device, per node\) pair"),
+        (dict(tolerances=(0.1, 0.2, 0.3)), "tolerances must be a"),
+        (dict(candidate_tolerances=[(0.1, 0.2, 0.3)]), "each of candidate_tolerances must be a"),
+    ],
+)
+def test_options_of_the_wrong_type_or_length_raise_type_error(batch, kwargs, message):
+    # They were truncated (1.5 nodes planned as 1, 32.7 tokens as 32), cut to their first two,
+    # or failed with a bare IndexError.
+    with pytest.raises(TypeError, match=message):
+        dcp.plan(batch, **{"topology": "1x2", "block_size": 64, **kwargs})
+
+
+def test_inner_ring_is_refused_for_a_strategy_without_inner_rings(batch):
+    with pytest.raises(ValueError, match="inner_ring=2 is LoongTrain's option; 'ring' has none"):
+        dcp.plan_baseline("ring", batch, "1x2", inner_ring=2)
+    assert dcp.plan_baseline("loongtrain", batch, "1x4", inner_ring=2).devices == 4
 
 
 def test_bad_ranks_and_bytes_raise_value_error(plan):

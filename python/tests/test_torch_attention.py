@@ -328,3 +328,19 @@ def _backward_without_its_plan(rank, world):
 
 def test_a_backward_whose_plan_is_gone_raises_a_clear_error():
     run_ranks(_backward_without_its_plan, 1)
+
+
+def _bad_timeouts_and_scalars(rank, world):
+    for timeout in (0, -1.0, math.nan, math.inf, "5"):
+        with pytest.raises(ValueError, match="timeout_s=.* must be a positive number of seconds"):
+            dt.AttentionExecutor(timeout_s=timeout)
+    plan = dcp.plan(dcp.Batch([64], "causal", dtype="fp32", **SHAPE), topology=(1, world),
+                    block_size=32)
+    with pytest.raises(ValueError, match="dispatch: the tensor is a scalar"):
+        dt.dispatch(torch.tensor(1.0), plan, rank)
+    with pytest.raises(ValueError, match="undispatch: the tensor is a scalar"):
+        dt.undispatch(torch.tensor(1.0), plan)
+
+
+def test_a_bad_timeout_or_a_scalar_tensor_raises_value_error():
+    run_ranks(_bad_timeouts_and_scalars, 1)

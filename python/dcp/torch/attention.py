@@ -17,6 +17,7 @@ tensors' device. ``kernels="auto"`` picks the CPU kernels for CPU tensors and to
 # No `from __future__ import annotations`: torch 2.4 reads the operators' annotations as types.
 
 import itertools
+import math
 import weakref
 
 import torch
@@ -56,6 +57,9 @@ class AttentionExecutor:
                  kernels: str = "auto", store: dist.Store | None = None) -> None:
         if not dist.is_initialized():
             raise RuntimeError("dcp.torch.AttentionExecutor needs torch.distributed initialised")
+        if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s < math.inf):
+            raise ValueError(f"dcp.torch: timeout_s={timeout_s!r} must be a positive number of "
+                             "seconds")
         if kernels not in _KERNELS:
             raise ValueError(f"dcp.torch: kernels={kernels!r}; expected one of {_KERNELS}")
         self.kernels = kernels

@@ -23,6 +23,8 @@ def dispatch(tensor: torch.Tensor, plan, rank: int) -> torch.Tensor:
     """The rows of ``tensor`` ([total tokens, ...], packed global order) that ``rank`` owns, in
     its local order. A new tensor (index_select)."""
     total = sum(plan.seqlens)
+    if tensor.dim() == 0:
+        raise ValueError("dispatch: the tensor is a scalar; expected [total tokens, ...]")
     if tensor.shape[0] != total:
         raise ValueError(f"dispatch: the tensor has {tensor.shape[0]} rows, the plan's batch "
                          f"{total} tokens")
@@ -37,6 +39,8 @@ def undispatch(local: torch.Tensor, plan, group: dist.ProcessGroup | None = None
         raise ValueError(f"undispatch: the plan is for {plan.devices} devices, the group has "
                          f"{size} ranks")
     counts = [plan.local_tokens(r) for r in range(size)]
+    if local.dim() == 0:
+        raise ValueError("undispatch: the tensor is a scalar; expected [local tokens, ...]")
     if local.shape[0] != counts[rank]:
         raise ValueError(f"undispatch: rank {rank} passed {local.shape[0]} rows, it owns "
                          f"{counts[rank]} tokens")
