@@ -121,8 +121,8 @@ struct PlanOptions {
   // Nodes x devices per node; the plan has one forward and one backward program per device.
   Topology topology = {.nodes = 1, .devices_per_node = 1};
   // The cluster the plan is costed for (the scheduler's division cost model, the division and
-  // candidate searches), with as many devices per node as the topology: its device and links
-  // are what matter.
+  // candidate searches). Its nodes must hold the topology's devices per node (a plan may use
+  // part of each node: ClusterSpec::CheckHolds).
   ClusterSpec cluster = {};
 
   // --- Blocking.

@@ -97,6 +97,9 @@ struct ClusterSpec {
   // [0, 1e6]; sub-tiles in [1, 65536]; sm_count in [0, 2^20]. Outside these the simulator's
   // arithmetic overflows.
   Status Validate() const;
+  // InvalidArgument unless a node of `topology` fits in one of this cluster's nodes: a plan may
+  // use part of each node (2x4 on p4de), never more devices than a node has.
+  Status CheckHolds(const Topology& topology) const;
   friend bool operator==(const ClusterSpec&, const ClusterSpec&) = default;
 };
 

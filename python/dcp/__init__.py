@@ -186,7 +186,8 @@ def simulate(plan: Plan, cluster: str = "p4de", *, trace: bool = False) -> dict[
     pass is a dict of ``makespan_s``, ``busy_s``, ``exposed_comm_s``, ``idle_s`` (summed over
     devices), ``bytes_sent_intra_node``, ``bytes_sent_inter_node``, ``attention_flops`` and
     ``flows``; with ``trace``, ``trace_json`` holds a Chrome/Perfetto trace. Raises ValueError when
-    the cluster's devices per node differ from the plan's topology, or for a plan's part.
+    the plan's nodes have more devices than the cluster's (fewer is a plan on part of each node),
+    or for a plan's part.
     """
     return _core.simulate(plan, cluster, trace)
 

@@ -39,6 +39,13 @@ def test_simulate_on_another_cluster_and_with_a_trace(plan):
 def test_simulate_errors_raise_value_error(plan):
     with pytest.raises(ValueError, match="tpu"):
         dcp.simulate(plan, "tpu")
+    # A plan may use part of each node; a node larger than the cluster's is refused, by plan
+    # and by simulate.
     small = dcp.plan(dcp.Batch([100], "causal"), "1x4", block_size=32)
-    with pytest.raises(ValueError, match="devices per node"):
-        dcp.simulate(small, "p4de")
+    assert dcp.simulate(small, "p4de")["total_s"] > 0
+    with pytest.raises(ValueError, match="16 devices per node, more than a node of cluster"):
+        dcp.plan(dcp.Batch([100], "causal"), "1x16", block_size=32)
+    sixteen = json.dumps({"name": "sixteen", "devices_per_node": 16})
+    wide = dcp.plan(dcp.Batch([100], "causal"), "1x16", block_size=32, cluster=sixteen)
+    with pytest.raises(ValueError, match="16 devices per node, more than a node of cluster 'p4de'"):
+        dcp.simulate(wide, "p4de")

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "dcp/batch.h"
+#include "util/excerpt.h"
 #include "util/file.h"
 
 namespace dcp {
@@ -14,7 +15,8 @@ Result<int64_t> ParseLength(std::string_view text) {
   int64_t value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end != text.data() + text.size()) {
-    return Status::InvalidArgument(fmt::format("'{}' is not a sequence length", text));
+    return Status::InvalidArgument(
+        fmt::format("'{}' is not a sequence length", internal::Excerpt(text)));
   }
   if (value < 1 || value > kMaxSequenceLength) {
     return Status::InvalidArgument(

@@ -147,11 +147,12 @@ Result<Batch> BuildBatch(const BatchArgs& args, int64_t* empty_sequences) {
 Result<BlockingOptions> BuildBlockingOptions(const BatchArgs& args, const Batch& batch,
                                              int64_t devices) {
   BlockingOptions options{.head_groups = args.head_groups.value_or(1)};
+  // Checked with a pinned block size too: a bad --devices or --eps-memory is an error whether or
+  // not this command goes on to use it.
+  const BlockSizeOptions spread{.devices = devices, .eps_memory = args.eps_memory};
+  DCP_RETURN_IF_ERROR(spread.Validate());
   if (args.block_size == "auto") {
-    DCP_ASSIGN_OR_RETURN(
-        BlockSizeChoice choice,
-        ChooseBlockSize(batch.seqlens(),
-                        BlockSizeOptions{.devices = devices, .eps_memory = args.eps_memory}));
+    DCP_ASSIGN_OR_RETURN(BlockSizeChoice choice, ChooseBlockSize(batch.seqlens(), spread));
     options.block_size = choice.block_size;
     return options;
   }

@@ -396,12 +396,7 @@ Status RunBench(const BenchArgs& args) {
   if (args.tokens < 1) {
     return Status::InvalidArgument(fmt::format("--tokens={} is not positive", args.tokens));
   }
-  if (topology.devices_per_node != cluster.devices_per_node) {
-    return Status::InvalidArgument(
-        fmt::format("topology {} has {} devices per node, cluster {} has {}",
-                    topology.ToString(), topology.devices_per_node, cluster.name,
-                    cluster.devices_per_node));
-  }
+  DCP_RETURN_IF_ERROR(cluster.CheckHolds(topology));
   std::vector<Cell> cells;
   const std::vector<LengthDistribution> datasets =
       args.quick ? std::vector{LengthDistribution::kLongDataCollections}

@@ -40,15 +40,6 @@ struct Simulated {
   nlohmann::json candidates = nullptr;  // dcp: the tuning's candidates
 };
 
-Status CheckDevicesPerNode(const Topology& topology, const ClusterSpec& cluster) {
-  if (topology.devices_per_node == cluster.devices_per_node) return Status::Ok();
-  return Status::InvalidArgument(fmt::format(
-      "topology {} has {} devices per node but cluster '{}' has {}; pass --topology Nx{} or "
-      "another --cluster",
-      topology.ToString(), topology.devices_per_node, cluster.name, cluster.devices_per_node,
-      cluster.devices_per_node));
-}
-
 Result<SimReport> Simulate(const Plan& plan, const ClusterSpec& cluster, bool trace,
                            double* simulation_ms) {
   Stopwatch watch;
@@ -62,7 +53,7 @@ Result<Simulated> FromFile(const SimulateArgs& args, const ClusterSpec& cluster)
   Result<Plan> plan = DecodePlan(bytes);
   if (!plan.ok())
     return plan.status().WithContext(fmt::format("reading plan '{}'", args.plan_file));
-  DCP_RETURN_IF_ERROR(CheckDevicesPerNode(plan->topology, cluster));
+  DCP_RETURN_IF_ERROR(cluster.CheckHolds(plan->topology));
   Simulated out{.plan = std::move(plan).value()};
   DCP_ASSIGN_OR_RETURN(out.report,
                        Simulate(out.plan, cluster, !args.trace.empty(), &out.simulation_ms));
@@ -199,7 +190,7 @@ int Run(const CLI::App& cmd, BatchArgs batch_args, const SimulateArgs& args) {
   } else {
     Result<Topology> topology = BuildTopology(batch_args, args.placement);
     if (!topology.ok()) return ReportError(topology.status());
-    if (Status s = CheckDevicesPerNode(*topology, *cluster); !s.ok()) return ReportError(s);
+    if (Status s = cluster->CheckHolds(*topology); !s.ok()) return ReportError(s);
     if (Status s = CheckPartitionWithStrategy(args.planner, *strategy); !s.ok()) {
       return ReportError(s);
     }

@@ -27,13 +27,6 @@ constexpr int32_t kMaxCandidates = 4096;
 
 using internal::Stopwatch;
 
-// The cluster plans are costed on: the options' cluster, with the topology's node size.
-ClusterSpec CostCluster(const PlanOptions& options) {
-  ClusterSpec cluster = options.cluster;
-  cluster.devices_per_node = options.topology.devices_per_node;
-  return cluster;
-}
-
 // The scheduler's options: the division count, and its cost model taken from the cluster the
 // plan is for, so divisions are sized for that machine.
 ScheduleOptions SchedulerOptionsFor(const PlanOptions& options) {
@@ -210,7 +203,7 @@ Status ScheduleAndCompile(const Batch& batch, const PlanOptions& options, int32_
       Schedule schedule,
       options.division_choice == DivisionChoice::kSimulate
           ? ScheduleBySimulation(batch, out->blocks, out->placed.placement, options.topology,
-                                 scheduler, CostCluster(options))
+                                 scheduler, options.cluster)
           : ScheduleDivisions(out->blocks, out->placed.placement, options.topology, scheduler));
   out->ms.scheduling += watch.Lap();
   DCP_RETURN_IF_ERROR(CheckCancelled(options.monitor));
@@ -243,7 +236,7 @@ struct KeptPlan {
 Result<KeptPlan> SpreadPeaks(const Batch& batch, const PlanOptions& options, PlannedBatch* out) {
   std::pair<int64_t, double> peaks = Peaks(out->plan);
   if (options.divisions != 0) return KeptPlan{.peaks = peaks, .seconds = std::nullopt};
-  const ClusterSpec cluster = CostCluster(options);
+  const ClusterSpec& cluster = options.cluster;
   const auto seconds_of = [&](const Plan& plan) -> std::optional<double> {
     Result<SimReport> report = SimulatePlan(plan, cluster);
     return report.ok() ? std::optional<double>(report->total_s()) : std::nullopt;
@@ -417,7 +410,7 @@ std::optional<Result<PlannedBatch>> PlanOther(const Batch& batch, const Candidat
   if (!laid.ok()) return laid.status();
   const double lower =
       AttentionLowerBoundSeconds(laid->blocks, laid->placement, laid->schedule,
-                                 options.topology.devices(), CostCluster(options).device);
+                                 options.topology.devices(), options.cluster.device);
   if (lower > bound_s) {
     *skipped = fmt::format(
         "not planned: its attention alone takes at least {:.3f} ms on the cluster model, slower "
@@ -463,7 +456,7 @@ Tried Try(const Batch& batch, const Candidate& candidate, const PlanOptions& opt
       planned = std::move(budget);
     } else if (kept && kept->seconds) {
       t.outcome.simulated_s = planned->simulated_s = *kept->seconds;
-    } else if (Result<SimReport> report = SimulatePlan(planned->plan, CostCluster(options));
+    } else if (Result<SimReport> report = SimulatePlan(planned->plan, options.cluster);
                report.ok()) {
       t.outcome.simulated_s = planned->simulated_s = report->total_s();
     } else {
@@ -515,7 +508,7 @@ void RefineDivisions(const Batch& batch, const PlanOptions& own, const PlanOptio
   const auto [peak, spread] = Peaks(refined.plan);
   const double share = PeakShare(batch, options, peak);
   const TuningOptions& tuning = options.tuning;
-  Result<SimReport> report = SimulatePlan(refined.plan, CostCluster(options));
+  Result<SimReport> report = SimulatePlan(refined.plan, options.cluster);
   if (!report.ok() || report->total_s() >= best->simulated_s ||
       CheckMemoryBudget(refined.plan, options.memory_budget_bytes).ok() == false ||
       (spread > tuning.max_peak_imbalance && spread > outcome->peak_imbalance) ||
@@ -944,6 +937,7 @@ Status TuningOptions::Validate() const {
 Status PlanOptions::Validate() const {
   DCP_RETURN_IF_ERROR(topology.Validate().WithContext("PlanOptions.topology"));
   DCP_RETURN_IF_ERROR(cluster.Validate().WithContext("PlanOptions.cluster"));
+  DCP_RETURN_IF_ERROR(cluster.CheckHolds(topology).WithContext("PlanOptions"));
   if (block_size < 0) {
     return Status::InvalidArgument(
         fmt::format("PlanOptions.block_size {} must be >= 1, or 0 to tune it", block_size));

@@ -162,6 +162,15 @@ ClusterSpec H100() {
 
 }  // namespace
 
+Status ClusterSpec::CheckHolds(const Topology& topology) const {
+  if (topology.devices_per_node <= devices_per_node) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "topology {} has {} devices per node, more than a node of cluster '{}' holds ({}); pass a "
+      "topology of at most {} devices per node, or a cluster file with devices_per_node {}",
+      topology.ToString(), topology.devices_per_node, name, devices_per_node, devices_per_node,
+      topology.devices_per_node));
+}
+
 Status ClusterSpec::Validate() const {
   if (devices_per_node < 1) {
     return Status::InvalidArgument(

@@ -462,11 +462,7 @@ Status CheckPlan(const Plan& plan, const ClusterSpec& cluster) {
         "the plan is device {}'s part; simulating needs the whole plan", plan.part_device));
   }
   DCP_RETURN_IF_ERROR(plan.topology.Validate().WithContext("plan topology"));
-  if (plan.topology.devices_per_node != cluster.devices_per_node) {
-    return Status::InvalidArgument(fmt::format(
-        "plan topology {} has {} devices per node, cluster '{}' has {}", plan.topology.ToString(),
-        plan.topology.devices_per_node, cluster.name, cluster.devices_per_node));
-  }
+  DCP_RETURN_IF_ERROR(cluster.CheckHolds(plan.topology).WithContext("plan"));
   if (plan.shape.head_dim < 1 || plan.shape.heads < 1 || plan.head_groups < 1 ||
       plan.shape.heads % plan.head_groups != 0) {
     return Status::InvalidArgument(

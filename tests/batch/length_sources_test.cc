@@ -145,6 +145,22 @@ TEST(ReadLengthsFile, NamesTheLineOfABadLength) {
   ExpectError(status, StatusCode::kInvalidArgument, file.path());
 }
 
+// A binary file read by mistake: the message quotes a short, printable excerpt of the line, never
+// its control bytes or all of its megabytes.
+TEST(ReadLengthsFile, QuotesABinaryLineAsAShortPrintableExcerpt) {
+  std::string line("12\0\x01\x1b[2J", 8);
+  line += std::string(100000, 'x');
+  const TempFile file("7\n" + line + "\n");
+  const Status status = ReadLengthsFile(file.path()).status();
+  ExpectError(status, StatusCode::kInvalidArgument, "line 2");
+  ExpectError(status, StatusCode::kInvalidArgument, "(100008 bytes)");
+  EXPECT_LT(status.message().size(), 400u) << status.message();
+  for (char c : status.message()) {
+    EXPECT_FALSE(static_cast<unsigned char>(c) < 0x20 || c == 0x7F)
+        << "control byte " << static_cast<int>(c) << " in the message";
+  }
+}
+
 TEST(ReadLengthsFile, NamesTheLineOfAZeroLength) {
   const TempFile file("1\r\n2\r\n0\r\n");
   ExpectError(ReadLengthsFile(file.path()).status(), StatusCode::kInvalidArgument, "line 3");

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dcp/plan.h"
@@ -263,6 +264,21 @@ TEST(CliBlocks, RejectsADirectoryAnEmptyLengthListAndANegativeSeed) {
   EXPECT_NE(negative.err.find("is negative; expected an integer >= 0"), std::string::npos)
       << negative.err;
   EXPECT_TRUE(negative.out.empty()) << negative.out;
+}
+
+// --devices and --eps-memory only steer --block-size auto in `dcp blocks`, but a bad value is an
+// error with a pinned block size too, not silently ignored.
+TEST(CliBlocks, RefusesABadDeviceCountOrMemoryToleranceWithAPinnedBlockSize) {
+  for (const auto& [option, value, message] :
+       {std::tuple{"--devices", "0", "devices=0 is not in [1, 65536]"},
+        std::tuple{"--eps-memory", "-5", "eps_memory=-5 is not in [0, 100]"}}) {
+    for (const char* block_size : {"1024", "auto"}) {
+      const CliRun run = RunDcp({"blocks", "--block-size", block_size, option, value});
+      EXPECT_EQ(run.exit_code, 1) << option << " " << block_size << ": " << run.err;
+      EXPECT_NE(run.err.find(message), std::string::npos) << run.err;
+      EXPECT_TRUE(run.out.empty()) << run.out;
+    }
+  }
 }
 
 // Every error is one "dcp: error:" line; a command line that does not parse exits 2, a failure 1;
@@ -821,10 +837,11 @@ TEST(CliBench, QuickRunWritesTheTableCsvAndFigure) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(CliBench, RejectsATopologyThatDoesNotMatchTheCluster) {
-  const CliRun run = RunDcp({"bench", "--quick", "--topology", "2x4"});
+TEST(CliBench, RejectsATopologyWhoseNodesAreLargerThanTheClusters) {
+  const CliRun run = RunDcp({"bench", "--quick", "--topology", "2x16"});
   EXPECT_EQ(run.exit_code, 1);
-  EXPECT_NE(run.err.find("topology 2x4 has 4 devices per node, cluster p4de has 8"),
+  EXPECT_NE(run.err.find("topology 2x16 has 16 devices per node, more than a node of cluster "
+                         "'p4de' holds (8)"),
             std::string::npos)
       << run.err;
 }

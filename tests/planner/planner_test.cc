@@ -1000,6 +1000,8 @@ TEST(PlanBatch, RejectsBadOptionsNamingThem) {
       {On2x4([](PlanOptions& o) { o.tuning.split_max_tiles_per_device = -1; }),
        "tuning.split_max_tiles_per_device"},
       {On2x4([](PlanOptions& o) { o.topology.nodes = 0; }), "topology"},
+      {On2x4([](PlanOptions& o) { o.topology = {.nodes = 1, .devices_per_node = 16}; }),
+       "topology 1x16 has 16 devices per node, more than a node of cluster 'p4de' holds (8)"},
       {On2x4([](PlanOptions& o) { o.placement = Placement{}; }), "placement"}};
   for (const auto& [options, field] : cases) {
     auto planned = PlanBatch(batch, options);

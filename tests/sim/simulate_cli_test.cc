@@ -179,10 +179,14 @@ TEST(CliSimulate, PrintsASummaryTable) {
   EXPECT_NE(run.out.find("compute imbalance"), std::string::npos) << run.out;
 }
 
-TEST(CliSimulate, RejectsATopologyThatDoesNotMatchTheCluster) {
-  const CliRun run = RunDcp({"simulate", "--seqlens", "4096", "--topology", "4x4"});
-  EXPECT_NE(run.exit_code, 0);
-  EXPECT_NE(run.err.find("4 devices per node but cluster 'p4de' has 8"), std::string::npos)
+TEST(CliSimulate, SimulatesPartNodesAndRefusesNodesLargerThanTheClusters) {
+  const CliRun part = RunDcp({"simulate", "--seqlens", "4096", "--topology", "2x4", "--json"});
+  EXPECT_EQ(part.exit_code, 0) << part.err;
+  const CliRun run = RunDcp({"simulate", "--seqlens", "4096", "--topology", "1x16"});
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("topology 1x16 has 16 devices per node, more than a node of cluster "
+                         "'p4de' holds (8)"),
+            std::string::npos)
       << run.err;
 }
 

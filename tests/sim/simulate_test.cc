@@ -341,12 +341,15 @@ TEST(SimulatePlan, RejectsAWaitBeforeItsLaunchOrWithoutOne) {
       << r.status().ToString();
 }
 
-TEST(SimulatePlan, RejectsAClusterWithAnotherNodeSize) {
-  const Plan plan = EmptyPlan({.nodes = 2, .devices_per_node = 4});
-  const Result<SimReport> r = SimulatePlan(plan, SimpleCluster(8));
+// A plan may use part of each node (4 of 8), never more devices than a node holds.
+TEST(SimulatePlan, RejectsAPlanWhoseNodesHoldMoreDevicesThanTheClusters) {
+  EXPECT_TRUE(SimulatePlan(EmptyPlan({.nodes = 2, .devices_per_node = 4}), SimpleCluster(8)).ok());
+  const Result<SimReport> r =
+      SimulatePlan(EmptyPlan({.nodes = 2, .devices_per_node = 4}), SimpleCluster(2));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(r.status().message().find("4 devices per node"), std::string::npos)
+  EXPECT_NE(r.status().message().find("4 devices per node, more than a node of cluster"),
+            std::string::npos)
       << r.status().ToString();
 }
 
