@@ -101,12 +101,14 @@ void TileSlices(const Mask& mask, const DataBlock& q, const DataBlock& kv,
                 .row_end = end - q0,
                 .lo = {.base = s.lo.base + s.lo.slope * q0 - k0, .slope = s.lo.slope},
                 .hi = {.base = s.hi.base + s.hi.slope * q0 - k0, .slope = s.hi.slope}};
-    if (SliceArea(local, 0, q.tokens, 0, kv.tokens) == 0) continue;
     // Column bounds never decrease along the rows: the last row's lo and the first row's hi
-    // are the tightest.
+    // are the tightest. A full slice has rows, so its area is not 0 (most tiles are full: their
+    // area is not worth computing).
     if (local.lo.At(local.row_end - 1) <= 0 && local.hi.At(local.row_begin) >= kv.tokens) {
       local.lo = {.base = 0, .slope = 0};
       local.hi = {.base = kv.tokens, .slope = 0};
+    } else if (SliceArea(local, 0, q.tokens, 0, kv.tokens) == 0) {
+      continue;
     }
     out->push_back(local);
   }
@@ -186,11 +188,13 @@ class Compiler {
     SlotId value, lse;
   };
   // Scratch of one side's PeerLists, kept in the State: per peer, its list in Take (-1: none)
-  // and its entry count (0), both left as found; the entries (peer, slot, bytes) added.
+  // and its entry count (0), both left as found; the entries (peer, slot, bytes) added and the
+  // peers they name.
   struct PeerScratch {
     explicit PeerScratch(int32_t devices) : list_of(devices, -1), count_of(devices, 0) {}
     std::vector<int32_t> list_of, count_of;
     std::vector<std::tuple<int32_t, SlotId, int64_t>> entries;
+    std::vector<int32_t> peers;
   };
   // The per-peer slot lists of one side of a launch. Entries are gathered in one array and Take
   // makes each peer's list at its final size, in ascending peer order (lists grown entry by
@@ -206,29 +210,29 @@ class Compiler {
     std::vector<PeerSlots> Take() {
       std::vector<int32_t>& list_of = scratch_->list_of;
       std::vector<int32_t>& count_of = scratch_->count_of;
-      std::vector<PeerSlots> lists;
+      std::vector<int32_t>& peers = scratch_->peers;
+      peers.clear();
       for (const auto& [peer, slot, bytes] : scratch_->entries) {
-        if (count_of[peer]++ == 0) {
-          list_of[peer] = static_cast<int32_t>(lists.size());
-          lists.push_back({.peer = DeviceId{peer}});
-        }
+        if (count_of[peer]++ == 0) peers.push_back(peer);
       }
-      for (PeerSlots& list : lists) {
-        list.slots.reserve(count_of[list.peer.value]);
-        list.bytes.reserve(count_of[list.peer.value]);
+      std::sort(peers.begin(), peers.end());
+      std::vector<PeerSlots> lists(peers.size());
+      for (size_t i = 0; i < peers.size(); ++i) {
+        list_of[peers[i]] = static_cast<int32_t>(i);
+        lists[i].peer = DeviceId{peers[i]};
+        lists[i].slots.reserve(count_of[peers[i]]);
+        lists[i].bytes.reserve(count_of[peers[i]]);
       }
       for (const auto& [peer, slot, bytes] : scratch_->entries) {
         PeerSlots& list = lists[list_of[peer]];
         list.slots.push_back(slot);
         list.bytes.push_back(bytes);
       }
-      for (const PeerSlots& list : lists) {
-        list_of[list.peer.value] = -1;
-        count_of[list.peer.value] = 0;
+      for (int32_t peer : peers) {
+        list_of[peer] = -1;
+        count_of[peer] = 0;
       }
       scratch_->entries.clear();
-      std::sort(lists.begin(), lists.end(),
-                [](const PeerSlots& a, const PeerSlots& b) { return a.peer < b.peer; });
       return lists;
     }
 
@@ -237,6 +241,8 @@ class Compiler {
   };
   // The tensor kinds a device holds as inputs or receives (Q, KV, O, LSE, dO, Delta).
   static constexpr size_t kHeldKinds = 6;
+  // The kinds of partial results (O, LSE, dQ, dKV).
+  static constexpr size_t kResultKinds = 4;
   struct State {
     State(DeviceId device, Pass pass, size_t pieces, int32_t devices)
         : builder(device, pass),
@@ -244,7 +250,8 @@ class Compiler {
           row_at(pieces, -1),
           column_at(pieces, -1),
           sends(devices),
-          recvs(devices) {}
+          recvs(devices),
+          accumulator(pieces * kResultKinds, -1) {}
     ProgramBuilder builder;
     // Per (piece, held kind): the slot of an input present (or arriving) on the device, or -1.
     // Looked up per tile. Tables here and in PeerLists rather than hash maps and ordered maps
@@ -255,7 +262,11 @@ class Compiler {
     std::vector<size_t> rows_of, columns_of;  // Compute's scratch: the pieces with a row, a column
     std::vector<Slice> mask;                  // Compute's scratch: one tile's mask
     PeerScratch sends, recvs;                 // of the PeerLists of a launch
-    std::map<Key, SlotId> accumulator;        // partial results computed here
+    // Per (piece, result kind): the slot of a partial result computed here, or -1; `accumulated`
+    // lists the keys ever set, unordered and possibly repeated (AccumulatedKeys sorts them). A
+    // table rather than an ordered map: a map node per result was a twelfth of the compile.
+    std::vector<SlotId> accumulator;
+    std::vector<Key> accumulated;
     std::map<Key, std::vector<SlotId>> carried;    // backward: partial dKV received from a ring hop
     std::map<Key, std::vector<Partial>> returned;  // partials of owned pieces returned early
   };
@@ -285,6 +296,35 @@ class Compiler {
               ToString(key.kind));
     const size_t piece = PieceIndex(key.block, key.head_group);
     return st.have[piece * kHeldKinds + static_cast<size_t>(key.kind)];
+  }
+  // The slot of the partial result `key` computed on the device, -1 while none. Set one with
+  // Accumulate, which records the key; clear one by assigning -1.
+  SlotId& Accumulator(State& st, const Key& key) const {
+    // By TensorKind: the index among the result kinds, -1 for the others.
+    static constexpr int kResultIndex[] = {-1, -1, 0, 1, -1, -1, 2, 3};
+    const int kind = kResultIndex[static_cast<size_t>(key.kind)];
+    DCP_CHECK(kind >= 0, "{} is not a result kind", ToString(key.kind));
+    return st.accumulator[PieceIndex(key.block, key.head_group) * kResultKinds +
+                          static_cast<size_t>(kind)];
+  }
+  void Accumulate(State& st, const Key& key, SlotId slot) const {
+    Accumulator(st, key) = slot;
+    st.accumulated.push_back(key);
+  }
+  // Accumulator's slot, which must exist.
+  SlotId Accumulated(State& st, const Key& key) const {
+    const SlotId slot = Accumulator(st, key);
+    DCP_CHECK(slot >= 0, "device {} has no partial {} of block {} group {}",
+              st.builder.device().value, ToString(key.kind), key.block, key.head_group);
+    return slot;
+  }
+  // The keys with a partial result on the device, in Key order.
+  std::vector<Key> AccumulatedKeys(State& st) const {
+    std::vector<Key>& keys = st.accumulated;
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    std::erase_if(keys, [&](const Key& key) { return Accumulator(st, key) < 0; });
+    return keys;
   }
   // Have's slot, which must exist.
   SlotId Held(State& st, const Key& key) const {
@@ -385,7 +425,8 @@ class Compiler {
   void AddInputs(State& st, DeviceId device, Pass pass) const;
   void Exchange(State& st, DeviceId device, Pass pass, int32_t division, int32_t phase) const;
   void Compute(State& st, DeviceId device, Pass pass, int32_t division) const;
-  SlotId Accumulator(State& st, BlockwiseReduction& init, Key key) const;
+  // The slot accumulating `key`'s partial result, new (initialised by `init`) if there is none.
+  SlotId NewAccumulator(State& st, BlockwiseReduction& init, Key key) const;
   void ReduceOutputs(State& st, DeviceId device, Pass pass) const;
   std::vector<Key> PartialKeys(int32_t device, Pass pass) const;
 
@@ -431,18 +472,21 @@ class Compiler {
 std::vector<Compiler::LastTile> Compiler::LastTiles(Pass pass, int32_t threads) const {
   // A device's keys, each with its last tile's division, by key.
   const auto of_device = [&](int32_t d) {
-    std::unordered_map<Key, int32_t, KeyHash> latest;
-    for (int32_t t = 0; t < schedule_.n_divisions; ++t) {  // ascending, so the last one stays
+    std::vector<std::pair<Key, int32_t>> keys;  // (key, division) of the tiles, repeats dropped
+    for (int32_t t = 0; t < schedule_.n_divisions; ++t) {
       RepeatFilter repeats;
       for (int32_t c : TilesOf(d, t)) {
         ForEachResultKey(blocks_.compute_blocks[c], pass, [&](const Key& key) {
-          if (repeats.IsNew(key)) latest[key] = t;
+          if (repeats.IsNew(key)) keys.push_back({key, t});
         });
       }
     }
-    std::vector<std::pair<Key, int32_t>> sorted(latest.begin(), latest.end());
-    std::sort(sorted.begin(), sorted.end());
-    return sorted;
+    // By key, then division: the last of each key's run is its last tile's division.
+    std::sort(keys.begin(), keys.end());
+    const auto last = std::unique(keys.rbegin(), keys.rend(),
+                                  [](const auto& a, const auto& b) { return a.first == b.first; });
+    keys.erase(keys.begin(), last.base());
+    return keys;
   };
   std::vector<LastTile> last;
   const auto per_device = PerDevice(threads, of_device);
@@ -570,9 +614,9 @@ void Compiler::PlanCarries() {
 // the sum to `sums` when there is more than one; -1 when it has none.
 SlotId Compiler::MergeCarried(State& st, BlockwiseReduction& sums, const Key& key) const {
   std::vector<SlotId> parts;
-  if (auto it = st.accumulator.find(key); it != st.accumulator.end()) {
-    parts.push_back(it->second);
-    st.accumulator.erase(it);
+  if (SlotId& own = Accumulator(st, key); own >= 0) {
+    parts.push_back(own);
+    own = -1;
   }
   if (auto it = st.carried.find(key); it != st.carried.end()) {
     parts.insert(parts.end(), it->second.begin(), it->second.end());
@@ -584,11 +628,11 @@ SlotId Compiler::MergeCarried(State& st, BlockwiseReduction& sums, const Key& ke
 }
 
 void Compiler::AddInputs(State& st, DeviceId device, Pass pass) const {
-  const std::vector<TensorKind> kinds =
-      pass == Pass::kForward
-          ? std::vector<TensorKind>{TensorKind::kQ, TensorKind::kKV}
-          : std::vector<TensorKind>{TensorKind::kQ, TensorKind::kKV, TensorKind::kO,
-                                    TensorKind::kLse, TensorKind::kDO};
+  static constexpr TensorKind kForwardInputs[] = {TensorKind::kQ, TensorKind::kKV};
+  static constexpr TensorKind kBackwardInputs[] = {TensorKind::kQ, TensorKind::kKV, TensorKind::kO,
+                                                   TensorKind::kLse, TensorKind::kDO};
+  const std::span<const TensorKind> kinds =
+      pass == Pass::kForward ? std::span<const TensorKind>(kForwardInputs) : kBackwardInputs;
   BlockwiseReduction deltas{.kind = ReductionKind::kDelta, .ops = {}};
   for (int32_t b = 0; b < static_cast<int32_t>(blocks_.data_blocks.size()); ++b) {
     if (Owner(DataBlockId{b}) != device.value) continue;
@@ -666,8 +710,8 @@ void Compiler::SendReturns(State& st, DeviceId device, Pass pass, int32_t launch
       convert.ops.emplace_back(MergeCarried(st, sums, r.key), packed);
       AddEntry(sends, r.to, packed, types_.Of(r.key.kind), r.key.block);
       if (r.key.kind == TensorKind::kO) {
-        AddEntry(sends, r.to, st.accumulator.at(lse_key), types_.Of(TensorKind::kLse), r.key.block);
-        st.accumulator.erase(lse_key);
+        AddEntry(sends, r.to, Accumulated(st, lse_key), types_.Of(TensorKind::kLse), r.key.block);
+        Accumulator(st, lse_key) = -1;
       }
     } else if (r.to == device.value) {
       Partial p{st.builder.NewBuffer(types_.Of(r.key.kind)), -1};
@@ -683,19 +727,19 @@ void Compiler::SendReturns(State& st, DeviceId device, Pass pass, int32_t launch
   if (!convert.ops.empty()) st.builder.Emit(std::move(convert));
 }
 
-SlotId Compiler::Accumulator(State& st, BlockwiseReduction& init, Key key) const {
-  auto [it, inserted] = st.accumulator.emplace(key, -1);
-  if (!inserted) return it->second;
-  it->second = st.builder.NewBuffer(types_.Of(key.kind, /*accumulator=*/true));
+SlotId Compiler::NewAccumulator(State& st, BlockwiseReduction& init, Key key) const {
+  if (const SlotId slot = Accumulator(st, key); slot >= 0) return slot;
+  const SlotId slot = st.builder.NewBuffer(types_.Of(key.kind, /*accumulator=*/true));
+  Accumulate(st, key, slot);
   if (key.kind == TensorKind::kO) {
     const SlotId lse = st.builder.NewBuffer(types_.Of(TensorKind::kLse));
-    st.accumulator[{key.block, key.head_group, TensorKind::kLse}] = lse;
-    init.ops.push_back(ReductionOp{
-        .destination = it->second, .sources = {}, .lse_destination = lse, .lse_sources = {}});
+    Accumulate(st, {key.block, key.head_group, TensorKind::kLse}, lse);
+    init.ops.push_back(
+        ReductionOp{.destination = slot, .sources = {}, .lse_destination = lse, .lse_sources = {}});
   } else {
-    init.ops.push_back(ReductionOp{.destination = it->second, .sources = {}});
+    init.ops.push_back(ReductionOp{.destination = slot, .sources = {}});
   }
-  return it->second;
+  return slot;
 }
 
 // Initialises the division's new accumulators, then runs all its tiles in one call.
@@ -709,6 +753,22 @@ void Compiler::Compute(State& st, DeviceId device, Pass pass, int32_t division) 
   // at the end through st.rows_of and st.columns_of, the pieces of the call's rows and columns).
   std::vector<size_t>& rows_of = st.rows_of;
   std::vector<size_t>& columns_of = st.columns_of;
+  // Count the rows and columns first, so that each list is allocated once, at its size.
+  const auto count = [](std::vector<int32_t>& at, std::vector<size_t>& of, size_t piece) {
+    if (at[piece] == -1) {
+      at[piece] = 0;
+      of.push_back(piece);
+    }
+  };
+  for (int32_t c : tiles) {
+    const ComputeBlock& cb = blocks_.compute_blocks[c];
+    count(st.row_at, rows_of, PieceIndex(cb.q_block.value, cb.head_group));
+    count(st.column_at, columns_of, PieceIndex(cb.kv_block.value, cb.head_group));
+  }
+  attention.rows.reserve(rows_of.size());
+  attention.columns.reserve(columns_of.size());
+  for (size_t piece : rows_of) st.row_at[piece] = -1;
+  for (size_t piece : columns_of) st.column_at[piece] = -1;
   rows_of.clear();
   columns_of.clear();
   const auto row_of = [&](int32_t q, int32_t g) {
@@ -718,13 +778,13 @@ void Compiler::Compute(State& st, DeviceId device, Pass pass, int32_t division) 
     rows_of.push_back(PieceIndex(q, g));
     AttentionRow row{.q = Held(st, {q, g, TensorKind::kQ})};
     if (pass == Pass::kForward) {
-      row.out = Accumulator(st, init_lse, {q, g, TensorKind::kO});
-      row.lse = st.accumulator.at({q, g, TensorKind::kLse});
+      row.out = NewAccumulator(st, init_lse, {q, g, TensorKind::kO});
+      row.lse = Accumulated(st, {q, g, TensorKind::kLse});
     } else {
       row.d_o = Held(st, {q, g, TensorKind::kDO});
       row.lse = Held(st, {q, g, TensorKind::kLse});
       row.delta = Held(st, {q, g, TensorKind::kDelta});
-      row.dq = Accumulator(st, init_sum, {q, g, TensorKind::kDQ});
+      row.dq = NewAccumulator(st, init_sum, {q, g, TensorKind::kDQ});
     }
     attention.rows.push_back(row);
     return static_cast<int32_t>(attention.rows.size() - 1);
@@ -735,7 +795,8 @@ void Compiler::Compute(State& st, DeviceId device, Pass pass, int32_t division) 
     at = static_cast<int32_t>(attention.columns.size());
     columns_of.push_back(PieceIndex(kv, g));
     AttentionColumn column{.kv = Held(st, {kv, g, TensorKind::kKV})};
-    if (pass == Pass::kBackward) column.dkv = Accumulator(st, init_sum, {kv, g, TensorKind::kDKV});
+    if (pass == Pass::kBackward)
+      column.dkv = NewAccumulator(st, init_sum, {kv, g, TensorKind::kDKV});
     attention.columns.push_back(column);
     return static_cast<int32_t>(attention.columns.size() - 1);
   };
@@ -756,7 +817,7 @@ void Compiler::Compute(State& st, DeviceId device, Pass pass, int32_t division) 
 }
 
 // The partial results a device computes for pieces it does not own, in the order it sends them
-// (the order of its accumulator map).
+// (Key order: AccumulatedKeys).
 std::vector<Compiler::Key> Compiler::PartialKeys(int32_t device, Pass pass) const {
   std::vector<Key> keys;
   RepeatFilter repeats;
@@ -791,32 +852,32 @@ std::vector<Compiler::Key> Compiler::PartialKeys(int32_t device, Pass pass) cons
 // Sends partial results to their owners (in the storage dtype; LSE in fp32) and reduces every
 // owned piece's contributions into its output, in fp32.
 void Compiler::ReduceOutputs(State& st, DeviceId device, Pass pass) const {
-  const std::vector<TensorKind> results =
-      pass == Pass::kForward ? std::vector<TensorKind>{TensorKind::kO}
-                             : std::vector<TensorKind>{TensorKind::kDQ, TensorKind::kDKV};
+  static constexpr TensorKind kForwardResults[] = {TensorKind::kO};
+  static constexpr TensorKind kBackwardResults[] = {TensorKind::kDQ, TensorKind::kDKV};
+  const std::span<const TensorKind> results =
+      pass == Pass::kForward ? std::span<const TensorKind>(kForwardResults) : kBackwardResults;
   const auto owner_of = [&](const Key& key) { return Owner(DataBlockId{key.block}); };
   BlockwiseReduction sums{.kind = ReductionKind::kSum, .ops = {}};
   while (!st.carried.empty()) {
     const Key key = st.carried.begin()->first;
-    st.accumulator[key] = MergeCarried(st, sums, key);
+    Accumulate(st, key, MergeCarried(st, sums, key));
   }
   if (!sums.ops.empty()) st.builder.Emit(std::move(sums));
   BlockwiseCopy convert;
   PeerLists sends(&st.sends), recvs(&st.recvs);
-  for (const auto& [key, slot] : st.accumulator) {
+  for (const Key& key : AccumulatedKeys(st)) {
     if (key.kind == TensorKind::kLse || owner_of(key) == device.value) continue;
     const SlotId packed = st.builder.NewBuffer(types_.Of(key.kind));
-    convert.ops.emplace_back(slot, packed);
+    convert.ops.emplace_back(Accumulated(st, key), packed);
     AddEntry(sends, owner_of(key), packed, types_.Of(key.kind), key.block);
     if (key.kind == TensorKind::kO) {
-      AddEntry(sends, owner_of(key),
-               st.accumulator.at({key.block, key.head_group, TensorKind::kLse}),
+      AddEntry(sends, owner_of(key), Accumulated(st, {key.block, key.head_group, TensorKind::kLse}),
                types_.Of(TensorKind::kLse), key.block);
     }
   }
   if (!convert.ops.empty()) st.builder.Emit(std::move(convert));
 
-  // What every other device sends here, in the order it packs it (its accumulator map order),
+  // What every other device sends here, in the order it packs it (Key order: AccumulatedKeys),
   // after what was returned early.
   std::map<std::pair<int32_t, int32_t>, std::map<TensorKind, std::vector<Partial>>> received;
   for (auto& [key, partials] : st.returned) {
@@ -850,10 +911,10 @@ void Compiler::ReduceOutputs(State& st, DeviceId device, Pass pass) const {
       for (TensorKind kind : results) {
         ReductionOp op{.destination = st.builder.NewBuffer(types_.Of(kind))};
         st.builder.AddOutput(kind, Piece{DataBlockId{b}, g}, op.destination);
-        if (auto it = st.accumulator.find({b, g, kind}); it != st.accumulator.end()) {
-          op.sources.push_back(it->second);
+        if (const SlotId own = Accumulator(st, {b, g, kind}); own >= 0) {
+          op.sources.push_back(own);
           if (kind == TensorKind::kO)
-            op.lse_sources.push_back(st.accumulator.at({b, g, TensorKind::kLse}));
+            op.lse_sources.push_back(Accumulated(st, {b, g, TensorKind::kLse}));
         }
         for (const Partial& p : received[{b, g}][kind]) {
           op.sources.push_back(p.value);

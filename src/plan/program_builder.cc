@@ -3,8 +3,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <numeric>
-#include <tuple>
 
 namespace dcp::internal {
 
@@ -20,13 +18,22 @@ Program ProgramBuilder::Finish() {
   }
   for (const Binding& b : program_.outputs) touch(b.slot, end);
 
-  std::vector<SlotId> order(buffers_.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(),
-            [&](SlotId a, SlotId b) { return std::tie(first[a], a) < std::tie(first[b], b); });
+  // Buffers by (first use, id): a counting sort over the first uses -1 .. end, in id order.
+  std::vector<int> starts(end + 3, 0);  // per first use + 1, then the prefix sums
+  int used = 0;
+  for (int f : first) {
+    if (f == std::numeric_limits<int>::max()) continue;
+    ++starts[f + 2];
+    ++used;
+  }
+  for (size_t i = 1; i < starts.size(); ++i) starts[i] += starts[i - 1];
+  std::vector<SlotId> order(used);
+  for (SlotId b = 0; b < static_cast<SlotId>(buffers_.size()); ++b) {
+    if (first[b] != std::numeric_limits<int>::max()) order[starts[first[b] + 1]++] = b;
+  }
   std::vector<SlotId> slot_of(buffers_.size(), -1);
+  program_.slots.reserve(order.size());
   for (SlotId b : order) {
-    if (first[b] == std::numeric_limits<int>::max()) break;
     slot_of[b] = static_cast<SlotId>(program_.slots.size());
     program_.slots.push_back(buffers_[b]);
   }
