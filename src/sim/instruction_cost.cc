@@ -161,6 +161,17 @@ TileWork TouchedWork(std::span<const Slice> slices, int64_t rows, int64_t cols, 
                      int64_t tile_cols) {
   TileWork work;
   if (rows <= 0 || cols <= 0) return work;
+  // A full tile (most tiles of most masks) touches every cell: the bands below, in closed form.
+  if (slices.size() == 1) {
+    const Slice& s = slices[0];
+    if (s.row_begin <= 0 && s.row_end >= rows && s.lo.slope == 0 && s.lo.base <= 0 &&
+        s.hi.slope == 0 && s.hi.base >= cols) {
+      work.pairs = static_cast<double>(rows * cols);
+      work.max_row_band = static_cast<double>(std::min(rows, tile_rows) * cols);
+      work.max_col_band = static_cast<double>(rows * std::min(cols, tile_cols));
+      return work;
+    }
+  }
   // Scratch kept per thread: the simulator costs every tile of every candidate plan, and three
   // vectors allocated a call were a tenth of this function's instructions.
   thread_local std::vector<std::pair<int64_t, int64_t>> live, cells;

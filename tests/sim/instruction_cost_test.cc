@@ -52,6 +52,35 @@ TEST(TouchedWork, IgnoresColumnsOutsideTheTileAndEmptyRows) {
   EXPECT_EQ(TouchedWork({}, 10, 10, 4, 4).pairs, 0);
 }
 
+// A full tile (one slice allowing every column on every row, its bounds maybe beyond the tile) is
+// costed in closed form: the same work as the tile cut into two slices, which takes the general
+// sweep (checked against a brute-force count below).
+TEST(TouchedWork, AFullTileCostsWhatItsRowsCutInTwoCost) {
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t rows = 1 + static_cast<int64_t>(rng() % 300);
+    const int64_t cols = 1 + static_cast<int64_t>(rng() % 300);
+    const int64_t tr = 1 + static_cast<int64_t>(rng() % 400);
+    const int64_t tc = 1 + static_cast<int64_t>(rng() % 400);
+    const int64_t lo = -static_cast<int64_t>(rng() % 3),
+                  hi = cols + static_cast<int64_t>(rng() % 3);
+    const int64_t first = -static_cast<int64_t>(rng() % 3),
+                  last = rows + static_cast<int64_t>(rng() % 3);
+    SCOPED_TRACE(::testing::Message() << rows << "x" << cols << ", sub-tile " << tr << "x" << tc);
+    const std::vector<Slice> whole = {
+        Slice{.row_begin = first, .row_end = last, .lo = {lo, 0}, .hi = {hi, 0}}};
+    const int64_t cut = static_cast<int64_t>(rng() % static_cast<uint64_t>(rows + 1));
+    const std::vector<Slice> halves = {
+        Slice{.row_begin = first, .row_end = cut, .lo = {lo, 0}, .hi = {hi, 0}},
+        Slice{.row_begin = cut, .row_end = last, .lo = {lo, 0}, .hi = {hi, 0}}};
+    const TileWork a = TouchedWork(whole, rows, cols, tr, tc);
+    const TileWork b = TouchedWork(halves, rows, cols, tr, tc);
+    EXPECT_EQ(a.pairs, b.pairs);
+    EXPECT_EQ(a.max_row_band, b.max_row_band);
+    EXPECT_EQ(a.max_col_band, b.max_col_band);
+  }
+}
+
 // Every allowed pair, and every sub-tile holding one, counted one by one.
 TEST(TouchedWork, MatchesABruteForceCountOnMaskFamilies) {
   const char* const masks[] = {"causal",
