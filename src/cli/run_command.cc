@@ -40,6 +40,7 @@
 #include "cli/planning.h"
 #include "dcp/baselines.h"
 #include "dcp/runtime.h"
+#include "util/memory.h"
 #include "util/random.h"
 
 namespace dcp::cli {
@@ -102,13 +103,13 @@ double LocalRunBytes(const Plan& plan, int64_t tokens, bool reference) {
 // unless forced.
 Status CheckLocalMemory(const RunArgs& args, const Plan& plan, int64_t tokens) {
   const double bytes = LocalRunBytes(plan, tokens, !args.no_reference);
-  const double machine = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
-                         static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  const auto machine = static_cast<double>(internal::ProcessMemoryBytes());
   if (args.force || machine <= 0 || bytes <= kMaxMemoryFraction * machine) return Status::Ok();
   constexpr double kGiB = 1 << 30;
   return Status::InvalidArgument(fmt::format(
       "this run needs about {:.1f} GiB in one process (the batch's tensors{} and all {} devices' "
-      "buffers), more than {:.0f}% of this machine's {:.1f} GiB; use fewer --tokens,{} --comm "
+      "buffers), more than {:.0f}% of the {:.1f} GiB this process may have (the machine's memory, "
+      "or ulimit -v); use fewer --tokens,{} --comm "
       "mpi, or --force",
       bytes / kGiB, args.no_reference ? "" : " twice, for the reference", plan.topology.devices(),
       kMaxMemoryFraction * 100, machine / kGiB, args.no_reference ? "" : " --no-reference,"));
@@ -252,8 +253,8 @@ int CheckAndReport(const RunArgs& args, const PlannedFromArgs& planned, const Ba
   for (size_t i = 0; i < compared.size(); ++i) {
     const Output output = kOutputs[i];
     const TensorError& e = compared[i];
-    errors[ToString(output)] = {{"max_abs", e.max_abs}, {"relative", e.relative},
-                                {"worst", e.worst},     {"rtol", e.tolerance.rtol},
+    errors[ToString(output)] = {{"max_abs", e.max_abs},     {"relative", e.relative},
+                                {"worst", e.worst},         {"rtol", e.tolerance.rtol},
                                 {"atol", e.tolerance.atol}, {"within_tolerance", e.within()}};
     within = within && e.within();
   }
@@ -280,8 +281,7 @@ int CheckAndReport(const RunArgs& args, const PlannedFromArgs& planned, const Ba
         "{} sequences{}, {} tokens on {} {}, plan {}: planned in {:.1f} ms, ran "
         "forward+backward in {:.1f} ms (dense reference {:.1f} ms)\n",
         batch.seqlens().size(), skipped, batch.total_tokens(), devices,
-        args.comm == "mpi" ? "MPI ranks" : "devices", plan.origin, ms.plan, ms.run,
-        ms.reference);
+        args.comm == "mpi" ? "MPI ranks" : "devices", plan.origin, ms.plan, ms.run, ms.reference);
     for (const auto& [name, e] : errors.items()) {
       fmt::print(
           "  {:>3}: max abs error {:.3g}, relative {:.3g}; worst element at {:.2f} of its bound "
@@ -315,9 +315,10 @@ int ReportRunOnly(const RunArgs& args, const Plan& plan, int32_t rank, const Run
                               {"ms", {{"plan", ms.plan}, {"run", ms.run}}}};
     fmt::print("{}\n", j.dump());
   } else {
-    fmt::print("rank {}: {} local tokens, ran forward+backward in {:.1f} ms, peak resident memory "
-               "{:.1f} MiB (no reference check)\n",
-               rank, tokens, ms.run, static_cast<double>(PeakResidentBytes()) / (1 << 20));
+    fmt::print(
+        "rank {}: {} local tokens, ran forward+backward in {:.1f} ms, peak resident memory "
+        "{:.1f} MiB (no reference check)\n",
+        rank, tokens, ms.run, static_cast<double>(PeakResidentBytes()) / (1 << 20));
   }
   std::fflush(stdout);
   return 0;

@@ -5,11 +5,8 @@
 #include "dcp/planner.h"
 
 #include <fmt/format.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -17,6 +14,7 @@
 #include <utility>
 
 #include "dcp/baselines.h"
+#include "util/memory.h"
 #include "util/parallel.h"
 #include "util/stopwatch.h"
 
@@ -72,17 +70,9 @@ Status ScheduleAndCompile(const Batch& batch, const PlanOptions& options, int32_
 // neither can be read).
 int64_t PlanningMemoryLimit(const PlanOptions& options) {
   if (options.max_planning_bytes > 0) return options.max_planning_bytes;
-  double bytes = std::numeric_limits<double>::infinity();
-  const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGESIZE);
-  if (pages > 0 && page_bytes > 0) {
-    bytes = static_cast<double>(pages) * static_cast<double>(page_bytes);
-  }
-  rlimit address_space{};
-  if (getrlimit(RLIMIT_AS, &address_space) == 0 && address_space.rlim_cur != RLIM_INFINITY) {
-    bytes = std::min(bytes, static_cast<double>(address_space.rlim_cur));
-  }
-  if (std::isinf(bytes)) return std::numeric_limits<int64_t>::max();
-  return static_cast<int64_t>(0.8 * bytes);
+  const int64_t bytes = internal::ProcessMemoryBytes();
+  if (bytes == 0) return std::numeric_limits<int64_t>::max();
+  return static_cast<int64_t>(0.8 * static_cast<double>(bytes));
 }
 
 // Refuses blocks that one pass cannot plan within options.max_planning_bytes, before placement
