@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // LayOutSlots: slots alive at the same time never share a byte of the workspace, and the
-// workspace is no larger than the slots' capacities laid side by side.
+// workspace is no larger than the slots' capacities laid side by side; the layout is the one its
+// rules (include/dcp/plan.h) give, found again the slow way.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -111,6 +112,88 @@ void ExpectSafeAndNoLargerThanSideBySide(const Program& program) {
   EXPECT_GE(layout.bytes, most);
 }
 
+// The layout plan.h specifies, found the slow way from the lives above: slots taken in order of
+// first use (then id; a slot named nowhere is alive at the start), each either at the lowest place
+// of its aligned capacity that no slot alive with it holds, or at the smallest gap (the lowest of
+// equals) between the ranges of the slots alive with it, else at the gap reaching the top, which
+// grows, else at the top; the smaller of the two workspaces.
+SlotLayout ReferenceLayout(const Program& program) {
+  std::vector<std::pair<int, int>> lives = Lives(program);
+  const int end = static_cast<int>(program.instructions.size());
+  for (auto& life : lives) {
+    if (life.first == end + 1) life = {-1, -1};
+  }
+  const auto aligned = [&](size_t s) {
+    return (program.slots[s].bytes + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
+  };
+  std::vector<size_t> order(lives.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return lives[a].first < lives[b].first; });
+  std::vector<size_t> placed;
+  const auto alive_with = [&](size_t s) {
+    std::vector<size_t> alive;
+    for (size_t t : placed) {
+      if (lives[t].second >= lives[s].first) alive.push_back(t);
+    }
+    return alive;
+  };
+
+  std::vector<int64_t> place(lives.size(), 0);
+  std::map<int64_t, int64_t> places;  // capacity -> places used
+  for (size_t s : order) {
+    std::vector<bool> taken(lives.size() + 1, false);
+    for (size_t t : alive_with(s)) {
+      if (aligned(t) == aligned(s)) taken[place[t]] = true;
+    }
+    while (taken[place[s]]) ++place[s];
+    places[aligned(s)] = std::max(places[aligned(s)], place[s] + 1);
+    placed.push_back(s);
+  }
+  SlotLayout by_capacity{.offsets = std::vector<int64_t>(lives.size(), 0), .bytes = 0};
+  std::map<int64_t, int64_t> base;
+  for (const auto& [capacity, count] : places) {
+    base[capacity] = by_capacity.bytes;
+    by_capacity.bytes += capacity * count;
+  }
+  for (size_t s = 0; s < lives.size(); ++s) {
+    by_capacity.offsets[s] = base[aligned(s)] + place[s] * aligned(s);
+  }
+
+  SlotLayout best_fit{.offsets = std::vector<int64_t>(lives.size(), 0), .bytes = 0};
+  placed.clear();
+  for (size_t s : order) {
+    if (aligned(s) == 0) continue;
+    std::vector<std::pair<int64_t, int64_t>> used;  // [begin, end) of the slots alive with s
+    for (size_t t : alive_with(s))
+      used.emplace_back(best_fit.offsets[t], best_fit.offsets[t] + aligned(t));
+    std::sort(used.begin(), used.end());
+    std::vector<std::pair<int64_t, int64_t>> gaps;  // [begin, end) below the top
+    int64_t at = 0;
+    for (const auto& [begin, range_end] : used) {
+      if (begin > at) gaps.emplace_back(at, begin);
+      at = std::max(at, range_end);
+    }
+    if (at < best_fit.bytes) gaps.emplace_back(at, best_fit.bytes);
+    const std::pair<int64_t, int64_t>* best = nullptr;
+    for (const auto& gap : gaps) {
+      const int64_t size = gap.second - gap.first;
+      if (size >= aligned(s) && (best == nullptr || size < best->second - best->first)) best = &gap;
+    }
+    if (best != nullptr) {
+      best_fit.offsets[s] = best->first;
+    } else if (!gaps.empty() && gaps.back().second == best_fit.bytes) {
+      best_fit.offsets[s] = gaps.back().first;
+      best_fit.bytes = gaps.back().first + aligned(s);
+    } else {
+      best_fit.offsets[s] = best_fit.bytes;
+      best_fit.bytes += aligned(s);
+    }
+    placed.push_back(s);
+  }
+  return best_fit.bytes < by_capacity.bytes ? best_fit : by_capacity;
+}
+
 TEST(LayOutSlots, SlotsAliveTogetherNeverShareBytesInPlansOfRandomBatches) {
   for (uint64_t seed = 0; seed < testing::RandomCases(200); ++seed) {
     const testing::RandomPlanCase c = testing::MakeRandomPlanCase(
@@ -121,6 +204,25 @@ TEST(LayOutSlots, SlotsAliveTogetherNeverShareBytesInPlansOfRandomBatches) {
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
     for (const auto* programs : {&plan->forward, &plan->backward}) {
       for (const Program& program : *programs) ExpectSafeAndNoLargerThanSideBySide(program);
+    }
+  }
+}
+
+TEST(LayOutSlots, IsTheLayoutItsRulesGiveInPlansOfRandomBatches) {
+  for (uint64_t seed = 0; seed < testing::RandomCases(100); ++seed) {
+    const testing::RandomPlanCase c = testing::MakeRandomPlanCase(
+        seed, kMasks, /*block_shifts=*/4, AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 8});
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << ", topology " << c.topology.ToString()
+                                      << ", block " << c.block_size << ", mask " << c.mask);
+    const Result<Plan> plan = testing::CompileRandomPlanCase(c);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    for (const auto* programs : {&plan->forward, &plan->backward}) {
+      for (const Program& program : *programs) {
+        const SlotLayout layout = LayOutSlots(program);
+        const SlotLayout expected = ReferenceLayout(program);
+        ASSERT_EQ(layout.bytes, expected.bytes) << "device " << program.device.value;
+        ASSERT_EQ(layout.offsets, expected.offsets) << "device " << program.device.value;
+      }
     }
   }
 }
