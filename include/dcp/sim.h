@@ -168,11 +168,11 @@ struct SimReport {
 
 // Simulates the forward then the backward programs of `plan` on `cluster`. Returns
 // InvalidArgument when the cluster or options are invalid, when the plan is only one device's part
-// or its programs do not match its topology, when the topology's devices_per_node differs from the
-// cluster's, when an instruction refers to a slot, block or peer that does not exist, when a
-// launch has no matching launch (same id, matching send and receive bytes) on a peer, when a
-// CommWait has no earlier CommLaunch with its id, and on a deadlock (naming a blocked device, its
-// instruction and the launch id). Never hangs.
+// or its programs do not match its topology, when the topology's nodes hold more devices than
+// the cluster's do (ClusterSpec::CheckHolds; part of each node is fine), when an instruction refers
+// to a slot, block or peer that does not exist, when a launch has no matching launch (same id,
+// matching send and receive bytes) on a peer, when a CommWait has no earlier CommLaunch with its
+// id, and on a deadlock (naming a blocked device, its instruction and the launch id). Never hangs.
 Result<SimReport> SimulatePlan(const Plan& plan, const ClusterSpec& cluster,
                                const SimOptions& options = {});
 
@@ -194,9 +194,9 @@ struct ModelSpec {
   std::string name;
   int64_t layers = 32;
   int64_t hidden = 4096;
-  int64_t heads = 32;     // query heads; head_dim = hidden / heads
+  int64_t heads = 32;  // query heads; head_dim = hidden / heads
   int64_t kv_heads = 8;
-  int64_t ffn = 14336;    // MLP inner size
+  int64_t ffn = 14336;  // MLP inner size
   // Fraction of DeviceSpec::peak_flops the layer's GEMMs reach.
   double linear_efficiency = 0.75;
 
@@ -221,8 +221,8 @@ struct EndToEndEstimate {
 // must have the model's attention shape) plus the linear layers, which no device can start before
 // the slowest finishes, so they cost what the device holding the most tokens needs (forward 2,
 // backward 4 FLOPs per parameter and token). Embeddings, norms and the loss are left out.
-EndToEndEstimate EstimateEndToEnd(const Plan& plan, const SimReport& report,
-                                  const ModelSpec& model, const DeviceSpec& device);
+EndToEndEstimate EstimateEndToEnd(const Plan& plan, const SimReport& report, const ModelSpec& model,
+                                  const DeviceSpec& device);
 
 // A lower bound on SimulatePlan(plan).total_s() for every plan compiled from `placement` of
 // `blocks` with `schedule`, on a cluster with this device: per pass, the busiest device's attention
