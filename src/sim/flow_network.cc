@@ -23,6 +23,8 @@ FlowNetwork::FlowNetwork(std::vector<double> capacities) : capacity_(std::move(c
   version_.resize(n);
   cursor_.resize(n);
   begin_.resize(n);
+  on_.resize(n);
+  is_changed_.resize(n);
 }
 
 void FlowNetwork::Add(int32_t id, double bytes, int32_t a, int32_t b) {
@@ -38,8 +40,16 @@ int32_t FlowNetwork::ClassOf(int32_t a, int32_t b) {
     classes_.emplace_back();
     classes_.back().a = a;
     classes_.back().b = b;
+    active_index_.push_back(-1);
+    in_group_.push_back(0);
   }
   return it->second;
+}
+
+void FlowNetwork::MarkChanged(int32_t r) {
+  if (is_changed_[r]) return;
+  is_changed_[r] = 1;
+  changed_.push_back(r);
 }
 
 void FlowNetwork::Reallocate(double time) {
@@ -52,12 +62,16 @@ void FlowNetwork::Reallocate(double time) {
     Class& cls = classes_[c];
     if (cls.flows.empty()) {
       cls.served = 0;
+      active_index_[c] = static_cast<int32_t>(active_.size());
       active_.push_back(c);
+      on_[cls.a].push_back(c);
+      on_[cls.b].push_back(c);
     }
     cls.flows.emplace(cls.served + p.bytes, p.id);
+    MarkChanged(cls.a);
+    MarkChanged(cls.b);
   }
   pending_.clear();
-  if (active_.empty()) return;
   Share();
   for (int32_t c : active_) classes_[c].finish = FirstFinish(classes_[c]);
 }
@@ -74,10 +88,27 @@ double FlowNetwork::FirstFinish(const Class& cls) const {
 // calls): a pass of a baseline over 16x8 has hundreds of events with a few classes each, and
 // clearing every resource's entries at each of them was most of the sharing's time.
 void FlowNetwork::Share() {
-  // Per crossed resource (touched_), its flows (count_) and its active classes, as one array of
-  // positions in active_ (members_[begin_[r] .. cursor_[r]), in active_ order).
+  // The classes linked to a changed resource: changed_ grows into the resources they cross.
+  group_.clear();
+  for (size_t i = 0; i < changed_.size(); ++i) {
+    for (int32_t c : on_[changed_[i]]) {
+      if (in_group_[c]) continue;
+      in_group_[c] = 1;
+      group_.push_back(c);
+      MarkChanged(classes_[c].a);
+      MarkChanged(classes_[c].b);
+    }
+  }
+  for (int32_t r : changed_) is_changed_[r] = 0;
+  changed_.clear();
+  for (int32_t c : group_) in_group_[c] = 0;
+  std::sort(group_.begin(), group_.end(),
+            [this](int32_t x, int32_t y) { return active_index_[x] < active_index_[y]; });
+
+  // Per crossed resource (touched_), its flows (count_) and its classes in the group, as one
+  // array of positions in group_ (members_[begin_[r] .. cursor_[r]), in active_ order).
   touched_.clear();
-  for (int32_t c : active_) {
+  for (int32_t c : group_) {
     for (const int32_t r : {classes_[c].a, classes_[c].b}) {
       if (cursor_[r]++ == 0) touched_.push_back(r);
       count_[r] += classes_[c].count();
@@ -90,15 +121,15 @@ void FlowNetwork::Share() {
     cursor_[r] = begin_[r];
   }
   members_.resize(members);
-  for (size_t i = 0; i < active_.size(); ++i) {
-    members_[cursor_[classes_[active_[i]].a]++] = static_cast<int32_t>(i);
-    members_[cursor_[classes_[active_[i]].b]++] = static_cast<int32_t>(i);
+  for (size_t i = 0; i < group_.size(); ++i) {
+    members_[cursor_[classes_[group_[i]].a]++] = static_cast<int32_t>(i);
+    members_[cursor_[classes_[group_[i]].b]++] = static_cast<int32_t>(i);
   }
-  fixed_.assign(active_.size(), 0);
+  fixed_.assign(group_.size(), 0);
   // A class alone on both its resources gets the smaller of their shares: what the filling
   // below would give it, without its heap entries (a ring's or TE's classes all are).
-  for (size_t i = 0; i < active_.size(); ++i) {
-    Class& cls = classes_[active_[i]];
+  for (size_t i = 0; i < group_.size(); ++i) {
+    Class& cls = classes_[group_[i]];
     if (cursor_[cls.a] - begin_[cls.a] != 1 || cursor_[cls.b] - begin_[cls.b] != 1) continue;
     cls.rate = std::min(capacity_[cls.a], capacity_[cls.b]) / cls.count();
     fixed_[i] = 1;
@@ -126,7 +157,7 @@ void FlowNetwork::Share() {
       const int32_t i = members_[m];
       if (fixed_[i]) continue;
       fixed_[i] = 1;
-      Class& cls = classes_[active_[i]];
+      Class& cls = classes_[group_[i]];
       cls.rate = level;
       const int32_t other = cls.a == r ? cls.b : cls.a;
       left_[other] = std::max(0.0, left_[other] - level * cls.count());
@@ -156,6 +187,7 @@ void FlowNetwork::TakeFinished(double time, std::vector<int32_t>* out) {
   for (size_t i = 0; i < active_.size();) {
     Class& cls = classes_[active_[i]];
     // Its flows in finishing order, each at the time its own bytes would take at the rate.
+    const size_t had = cls.flows.size();
     while (!cls.flows.empty()) {
       const double finish = FirstFinish(cls);
       if (finish > limit) {
@@ -165,10 +197,27 @@ void FlowNetwork::TakeFinished(double time, std::vector<int32_t>* out) {
       out->push_back(cls.flows.top().second);
       cls.flows.pop();
     }
+    if (cls.flows.size() != had) {
+      MarkChanged(cls.a);
+      MarkChanged(cls.b);
+    }
     if (cls.flows.empty()) {
       cls.finish = std::numeric_limits<double>::infinity();
+      const int32_t c = active_[i];
+      for (const int32_t r : {cls.a, cls.b}) {
+        std::vector<int32_t>& on = on_[r];
+        *std::find(on.begin(), on.end(), c) = on.back();
+        on.pop_back();
+      }
+      active_index_[c] = -1;
       active_[i] = active_.back();
       active_.pop_back();
+      if (i < active_.size()) {  // the last class moved here: its order among its links changed
+        const Class& moved = classes_[active_[i]];
+        active_index_[active_[i]] = static_cast<int32_t>(i);
+        MarkChanged(moved.a);
+        MarkChanged(moved.b);
+      }
     } else {
       ++i;
     }

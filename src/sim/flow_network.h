@@ -59,6 +59,13 @@ class FlowNetwork {
   };
 
   int32_t ClassOf(int32_t a, int32_t b);
+  // Notes that the rates of the classes linked to resource r (through classes sharing resources)
+  // must be shared out again.
+  void MarkChanged(int32_t r);
+  // Shares the rates out again over the classes linked to a changed resource. The other classes
+  // keep theirs: the filling gives a set of classes linked by shared resources rates that depend
+  // only on those classes, their flow counts and their order in active_ (which decides how
+  // rounding falls), so they are the rates a filling over every class would give.
   void Share();
   // When the first of a class's flows finishes at the rates since time_ (REQUIRES: it has flows).
   double FirstFinish(const Class& cls) const;
@@ -67,13 +74,20 @@ class FlowNetwork {
   std::vector<Class> classes_;
   std::unordered_map<int64_t, int32_t> class_of_;  // a * resources + b -> index in classes_
   std::vector<int32_t> active_;                    // classes with running flows
-  std::vector<Pending> pending_;                   // added since the last Reallocate
+  std::vector<int32_t> active_index_;              // per class, its place in active_, or -1
+  std::vector<std::vector<int32_t>> on_;           // per resource, the active classes crossing it
+  // Resources whose classes' rates are stale (changed_ lists those marked in is_changed_): a
+  // class there gained or lost flows, joined or left active_, or moved in it.
+  std::vector<int32_t> changed_;
+  std::vector<char> is_changed_;
+  std::vector<Pending> pending_;  // added since the last Reallocate
   double time_ = 0;
   // Scratch space of Share, kept to avoid allocations; count_, version_ and cursor_ are zero
   // between calls.
   std::vector<double> left_;
   std::vector<int32_t> count_, version_, cursor_, begin_, members_, touched_;
-  std::vector<char> fixed_;
+  std::vector<int32_t> group_;  // the classes Share recomputes, in active_ order
+  std::vector<char> fixed_, in_group_;
   std::vector<std::tuple<double, int32_t, int32_t>> heap_;
 };
 
