@@ -30,6 +30,8 @@
 // aggregator in B(n), right after it, and the sums cross in the output exchange.
 #include <algorithm>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <tuple>
@@ -164,7 +166,23 @@ class Compiler {
     }
   }
 
-  Program Build(DeviceId device, Pass pass) const;
+  // Scratch of one side's PeerLists: per peer, its list in Take (-1: none) and its entry count
+  // (0), both left as found; the entries (peer, slot, bytes) added and the peers they name.
+  struct PeerScratch {
+    explicit PeerScratch(int32_t devices) : list_of(devices, -1), count_of(devices, 0) {}
+    std::vector<int32_t> list_of, count_of;
+    std::vector<std::tuple<int32_t, SlotId, int64_t>> entries;
+    std::vector<int32_t> peers;
+  };
+  // The scratch of both sides, a table per peer each: made once per thread of CompilePlan and
+  // reused for its devices, as one per device made compiling quadratic in the devices (a
+  // 1000-token batch on 2048x8 filled 8 GiB of tables per candidate).
+  struct PeerTables {
+    explicit PeerTables(int32_t devices) : sends(devices), recvs(devices) {}
+    PeerScratch sends, recvs;
+  };
+
+  Program Build(DeviceId device, Pass pass, PeerTables* tables) const;
 
  private:
   struct Key {  // a piece's tensor on this device
@@ -186,15 +204,6 @@ class Compiler {
   // What an owner receives for one of its pieces: a partial result and, for O, its LSE.
   struct Partial {
     SlotId value, lse;
-  };
-  // Scratch of one side's PeerLists, kept in the State: per peer, its list in Take (-1: none)
-  // and its entry count (0), both left as found; the entries (peer, slot, bytes) added and the
-  // peers they name.
-  struct PeerScratch {
-    explicit PeerScratch(int32_t devices) : list_of(devices, -1), count_of(devices, 0) {}
-    std::vector<int32_t> list_of, count_of;
-    std::vector<std::tuple<int32_t, SlotId, int64_t>> entries;
-    std::vector<int32_t> peers;
   };
   // The per-peer slot lists of one side of a launch. Entries are gathered in one array and Take
   // makes each peer's list at its final size, in ascending peer order (lists grown entry by
@@ -244,13 +253,13 @@ class Compiler {
   // The kinds of partial results (O, LSE, dQ, dKV).
   static constexpr size_t kResultKinds = 4;
   struct State {
-    State(DeviceId device, Pass pass, size_t pieces, int32_t devices)
+    State(DeviceId device, Pass pass, size_t pieces, PeerTables* tables)
         : builder(device, pass),
           have(pieces * kHeldKinds, -1),
           row_at(pieces, -1),
           column_at(pieces, -1),
-          sends(devices),
-          recvs(devices),
+          sends(tables->sends),
+          recvs(tables->recvs),
           accumulator(pieces * kResultKinds, -1) {}
     ProgramBuilder builder;
     // Per (piece, held kind): the slot of an input present (or arriving) on the device, or -1.
@@ -261,7 +270,7 @@ class Compiler {
     std::vector<int32_t> row_at, column_at;
     std::vector<size_t> rows_of, columns_of;  // Compute's scratch: the pieces with a row, a column
     std::vector<Slice> mask;                  // Compute's scratch: one tile's mask
-    PeerScratch sends, recvs;                 // of the PeerLists of a launch
+    PeerScratch &sends, &recvs;               // of the PeerLists of a launch (PeerTables)
     // Per (piece, result kind): the slot of a partial result computed here, or -1; `accumulated`
     // lists the keys ever set, unordered and possibly repeated (AccumulatedKeys sorts them). A
     // table rather than an ordered map: a map node per result was a twelfth of the compile.
@@ -934,9 +943,9 @@ void Compiler::ReduceOutputs(State& st, DeviceId device, Pass pass) const {
   if (!sum.ops.empty()) st.builder.Emit(std::move(sum));
 }
 
-Program Compiler::Build(DeviceId device, Pass pass) const {
+Program Compiler::Build(DeviceId device, Pass pass, PeerTables* tables) const {
   State st(device, pass, blocks_.data_blocks.size() * static_cast<size_t>(blocks_.head_groups),
-           topology_.devices());
+           tables);
   AddInputs(st, device, pass);
   const int32_t n = schedule_.n_divisions;
   const bool last_launches = LastDivisionLaunches(pass);
@@ -985,9 +994,23 @@ Result<Plan> CompilePlan(const Batch& batch, const BlockSet& blocks, const Place
   const Compiler compiler(batch, blocks, placement, schedule, topology, threads);
   plan.forward.resize(topology.devices());
   plan.backward.resize(topology.devices());
+  // PeerTables not in use, one per thread at most; a device's are dropped if its Build throws.
+  std::mutex idle_mutex;
+  std::vector<std::unique_ptr<Compiler::PeerTables>> idle;
   internal::ParallelFor(topology.devices(), threads, [&](int32_t d) {
-    plan.forward[d] = compiler.Build(DeviceId{d}, Pass::kForward);
-    plan.backward[d] = compiler.Build(DeviceId{d}, Pass::kBackward);
+    std::unique_ptr<Compiler::PeerTables> tables;
+    {
+      const std::lock_guard<std::mutex> lock(idle_mutex);
+      if (!idle.empty()) {
+        tables = std::move(idle.back());
+        idle.pop_back();
+      }
+    }
+    if (!tables) tables = std::make_unique<Compiler::PeerTables>(topology.devices());
+    plan.forward[d] = compiler.Build(DeviceId{d}, Pass::kForward, tables.get());
+    plan.backward[d] = compiler.Build(DeviceId{d}, Pass::kBackward, tables.get());
+    const std::lock_guard<std::mutex> lock(idle_mutex);
+    idle.push_back(std::move(tables));
   });
   return plan;
 }
