@@ -233,9 +233,8 @@ void MakeBlocksAndPlacement(const Layout& layout, const Batch& batch, BaselinePl
   // sorted on its own, as cheaply as the runs are short. Within a (source, destination) pair, the
   // order made (blocks ascending) is kept.
   for (auto run = transfers.begin(); run != transfers.end();) {
-    const auto end = std::find_if(run, transfers.end(), [&](const Transfer& t) {
-      return t.division != run->division;
-    });
+    const auto end = std::find_if(run, transfers.end(),
+                                  [&](const Transfer& t) { return t.division != run->division; });
     std::stable_sort(run, end, [](const Transfer& a, const Transfer& b) {
       return std::tie(a.phase, a.source, a.destination) <
              std::tie(b.phase, b.source, b.destination);

@@ -99,7 +99,9 @@ int main(int argc, char** argv) {
   try {
     for (const auto& run : commands) status = std::max(status, run());  // only the parsed one runs
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "dcp: error: out of memory (try a smaller batch or larger blocks)\n");
+    std::fprintf(stderr,
+                 "dcp: error: out of memory (try a smaller batch, larger blocks or fewer "
+                 "devices)\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dcp: error: %s\n", e.what());
