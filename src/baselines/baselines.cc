@@ -7,7 +7,8 @@
 //   ring, the zigzag pairing for 2C chunks); each chunk is cut into h sub-chunks, sub-chunk j
 //   owned by D(r, j). Sub-chunks are the data blocks.
 //   Device D(r, g) computes head group g of every tile whose queries are at position r: at ring
-//   step s it holds the KV of position Source(r, s). Step 0 is its own position.
+//   step s it holds the KV of the position kv with Step(r, kv) = s (r = Holder(kv, s)). Step 0 is
+//   its own position.
 //   With h > 1, an all-to-all first gives D(r, g) head group g of all of position r's sub-chunks
 //   (division 1); division 0 is empty. With h = 1, step s is division s.
 //   At every later step each device receives, from its ring predecessor, the KV that predecessor
@@ -41,16 +42,12 @@ struct Layout {
     const int32_t outer = Mod(r / w - kv / w, ranks / w), inner = Mod(r % w - kv % w, w);
     return outer * w + inner;
   }
-  // The position whose KV `r` holds at step s, and the position it got it from.
-  int32_t Source(int32_t r, int32_t s) const {
-    const int32_t w = inner_ring, outers = ranks / w;
-    return Mod(r / w - s / w, outers) * w + Mod(r % w - s % w, w);
-  }
-  // The position that holds the KV of position p at step s: Source's inverse for that step.
+  // The position that holds the KV of position p at step s: Step(Holder(p, s), p) == s.
   int32_t Holder(int32_t p, int32_t s) const {
     const int32_t w = inner_ring, outers = ranks / w;
     return Mod(p / w + s / w, outers) * w + Mod(p % w + s % w, w);
   }
+  // The position `r` got the KV it holds at step s from.
   int32_t Predecessor(int32_t r, int32_t s) const {
     const int32_t w = inner_ring, outers = ranks / w;
     if (s % w != 0) return (r / w) * w + Mod(r % w - 1, w);  // inner ring hop
