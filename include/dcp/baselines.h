@@ -68,6 +68,12 @@ struct BaselineOptions {
   // attention overlaps the group-cast of all remote KV, then the remote attention runs). Each stage
   // is one division. Must be in [1, kMaxMagiOverlapDegree].
   int32_t magi_overlap_degree = 1;
+  // The memory laying out and compiling the plan may take, as PlanOptions::max_planning_bytes: a
+  // plan estimated to need more (from its devices x divisions, transfers, tiles and data blocks,
+  // counted before they are made) is refused with InvalidArgument naming them, where it would
+  // otherwise be killed for memory (ring on 1024x8 holds 8192 x 8192 device divisions). 0: 80% of
+  // the memory this process may have (the machine's, or ulimit -v when lower). Must be >= 0.
+  int64_t max_planning_bytes = 0;
 
   Status Validate() const;
 };
@@ -118,8 +124,8 @@ Result<BaselinePlan> LayOutBaseline(Strategy strategy, const Batch& batch,
 Status CompileBaseline(Strategy strategy, const Batch& batch, const BaselineOptions& options,
                        BaselinePlan* laid_out);
 
-// Plans `batch` the way `strategy` (not kDcp) would. Returns InvalidArgument for bad options and
-// Unsupported where the strategy cannot run the batch on the topology (ulysses when P does not
+// Plans `batch` the way `strategy` (not kDcp) would. Returns InvalidArgument for bad options or a
+// plan above the planning memory (BaselineOptions::max_planning_bytes), and Unsupported where the strategy cannot run the batch on the topology (ulysses when P does not
 // divide the KV heads), with the reason. fcp and magi plan every batch and mask.
 Result<BaselinePlan> PlanBaseline(Strategy strategy, const Batch& batch,
                                   const BaselineOptions& options);

@@ -21,6 +21,7 @@
 
 #include "baselines/peer_strategies.h"
 #include "dcp/schedule.h"
+#include "util/memory.h"
 
 namespace dcp {
 namespace {
@@ -123,9 +124,26 @@ int64_t PaddedTokens(const Layout& layout, const Batch& batch, int32_t devices) 
   return padded;
 }
 
+// The size of the layout's plan before it is made: its tiles are counted as they are made.
+// A sequence of n tokens cut into `pieces` has min(n, pieces) non-empty ones (data blocks); each
+// goes round the ring to every head group and, with head ranks, to the other head groups first.
+internal::PlanSize LayoutSize(const Layout& layout, const Batch& batch, int32_t devices) {
+  const int64_t pieces = int64_t{layout.chunks} * layout.heads;
+  internal::PlanSize size{.devices = devices, .divisions = layout.FirstRingDivision() + layout.ranks};
+  for (int64_t length : batch.seqlens()) size.data_blocks += std::min(length, pieces);
+  size.transfers = size.data_blocks * layout.heads * (layout.ranks - 1) +
+                   (layout.heads > 1 ? size.data_blocks * (layout.heads - 1) * 2 : 0);
+  return size;
+}
+
 // Cuts every sequence into chunks x h nearly equal sub-chunks (empty ones dropped), places them,
-// and makes the tiles.
-void MakeBlocksAndPlacement(const Layout& layout, const Batch& batch, BaselinePlan* out) {
+// and makes the tiles. Refuses, before making it, a plan that could not be planned within the
+// planning memory of `options` (LayoutSize and the tiles counted as they are made).
+Status MakeBlocksAndPlacement(const Layout& layout, const Batch& batch,
+                              const BaselineOptions& options, BaselinePlan* out) {
+  internal::PlanSize size = LayoutSize(layout, batch, options.topology.devices());
+  DCP_RETURN_IF_ERROR(internal::CheckPlanSize(layout.strategy, size, options));
+  const int64_t max_tiles = internal::TilesWithin(size, options);
   BlockSet& set = out->blocks;
   set.head_groups = layout.heads;
   set.shape = batch.shape();
@@ -167,6 +185,10 @@ void MakeBlocksAndPlacement(const Layout& layout, const Batch& batch, BaselinePl
           const int64_t area = mask.Area(qb.token_begin, qb.token_begin + qb.tokens,
                                          kb.token_begin, kb.token_begin + kb.tokens);
           if (area == 0) continue;
+          if (static_cast<int64_t>(set.compute_blocks.size()) >= max_tiles) {
+            size.tiles = max_tiles + 1;
+            return internal::CheckPlanSize(layout.strategy, size, options, /*tiles_so_far=*/true);
+          }
           set.compute_blocks.push_back(ComputeBlock{.sequence = qb.sequence,
                                                     .head_group = g,
                                                     .q_block = DataBlockId{q},
@@ -238,8 +260,11 @@ void MakeBlocksAndPlacement(const Layout& layout, const Batch& batch, BaselinePl
     });
     run = end;
   }
+  DCP_CHECK(static_cast<int64_t>(transfers.size()) == size.transfers,
+            "LayoutSize counts the transfers made");
   out->schedule.n_divisions = first_ring + layout.ranks;
   out->schedule.carry_gradients = true;
+  return Status::Ok();
 }
 
 // The name of a strategy's configuration: its options that vary between variants.
@@ -257,6 +282,36 @@ std::string VariantName(Strategy strategy, const BaselineOptions& options) {
 }
 
 }  // namespace
+
+namespace internal {
+
+int64_t PlanSize::Bytes() const {
+  return devices * divisions * kBytesPerDeviceDivision + transfers * kBytesPerTransfer +
+         tiles * kBytesPerTile + data_blocks * kBytesPerDataBlock;
+}
+
+int64_t TilesWithin(const PlanSize& size, const BaselineOptions& options) {
+  PlanSize rest = size;
+  rest.tiles = 0;
+  return std::max<int64_t>(
+      0, (PlanningMemoryLimit(options.max_planning_bytes) - rest.Bytes()) / PlanSize::kBytesPerTile);
+}
+
+Status CheckPlanSize(Strategy strategy, const PlanSize& size, const BaselineOptions& options,
+                     bool tiles_so_far) {
+  const int64_t limit = PlanningMemoryLimit(options.max_planning_bytes);
+  if (size.Bytes() <= limit) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "{} on {}: planning it would take about {} ({} devices x {} divisions, {} transfers, {}{} "
+      "tiles, {} data blocks), more than the {} allowed (BaselineOptions.max_planning_bytes, "
+      "--max-planning-memory; by default 80% of the memory this process may have): use fewer "
+      "devices or a smaller batch",
+      ToString(strategy), options.topology.ToString(), ReadableBytes(size.Bytes()), size.devices,
+      size.divisions, size.transfers, tiles_so_far ? "at least " : "", size.tiles,
+      size.data_blocks, ReadableBytes(limit)));
+}
+
+}  // namespace internal
 
 std::string_view ToString(Strategy strategy) {
   switch (strategy) {
@@ -312,6 +367,11 @@ Status BaselineOptions::Validate() const {
     return Status::InvalidArgument(fmt::format(
         "magi_chunk_size={} is negative (0: MagiAttention's default)", magi_chunk_size));
   }
+  if (max_planning_bytes < 0) {
+    return Status::InvalidArgument(fmt::format(
+        "max_planning_bytes={} is negative (0: 80% of the memory this process may have)",
+        max_planning_bytes));
+  }
   if (magi_overlap_degree < 1 || magi_overlap_degree > kMaxMagiOverlapDegree) {
     return Status::InvalidArgument(fmt::format("magi_overlap_degree={} is not in [1, {}]",
                                                magi_overlap_degree, kMaxMagiOverlapDegree));
@@ -333,13 +393,21 @@ Result<BaselinePlan> LayOutBaseline(Strategy strategy, const Batch& batch,
   if (strategy == Strategy::kMagi) return internal::PlanMagi(batch, options);
   BaselinePlan out;
   DCP_ASSIGN_OR_RETURN(const Layout layout, MakeLayout(strategy, batch.shape(), options));
-  MakeBlocksAndPlacement(layout, batch, &out);
+  DCP_RETURN_IF_ERROR(MakeBlocksAndPlacement(layout, batch, options, &out));
   out.padded_tokens = PaddedTokens(layout, batch, options.topology.devices());
   return out;
 }
 
 Status CompileBaseline(Strategy strategy, const Batch& batch, const BaselineOptions& options,
                        BaselinePlan* laid_out) {
+  DCP_RETURN_IF_ERROR(internal::CheckPlanSize(
+      strategy,
+      {.devices = options.topology.devices(),
+       .divisions = laid_out->schedule.n_divisions,
+       .transfers = static_cast<int64_t>(laid_out->schedule.transfers.size()),
+       .tiles = static_cast<int64_t>(laid_out->blocks.compute_blocks.size()),
+       .data_blocks = static_cast<int64_t>(laid_out->blocks.data_blocks.size())},
+      options));
   DCP_ASSIGN_OR_RETURN(laid_out->plan, CompilePlan(batch, laid_out->blocks, laid_out->placement,
                                                    laid_out->schedule, options.topology));
   laid_out->plan.origin = VariantName(strategy, options);

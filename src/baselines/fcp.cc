@@ -92,9 +92,23 @@ std::vector<DeviceId> PlaceUnits(const std::vector<Unit>& units, size_t n_blocks
 Result<BaselinePlan> PlanFcp(const Batch& batch, const BaselineOptions& options) {
   const int32_t p = options.topology.devices();
   BaselinePlan out;
-  DCP_ASSIGN_OR_RETURN(
-      out.blocks,
-      MakeBlocks(batch, BlockingOptions{.block_size = options.fcp_block_tokens, .head_groups = 1}));
+  // Its tiles as they are made, beside its data blocks and one division per device; the rounds
+  // and transfers are counted before the compile (CompileBaseline).
+  PlanSize size{.devices = p, .divisions = 1};
+  for (int64_t length : batch.seqlens()) {
+    size.data_blocks += (length + options.fcp_block_tokens - 1) / options.fcp_block_tokens;
+  }
+  DCP_RETURN_IF_ERROR(CheckPlanSize(Strategy::kFcp, size, options));
+  const int64_t max_tiles = TilesWithin(size, options);
+  Result<BlockSet> blocks = MakeBlocks(
+      batch, BlockingOptions{.block_size = options.fcp_block_tokens,
+                             .head_groups = 1,
+                             .max_compute_blocks = std::max<int64_t>(1, max_tiles)});
+  if (!blocks.ok()) {
+    size.tiles = max_tiles + 1;
+    return CheckPlanSize(Strategy::kFcp, size, options, /*tiles_so_far=*/true);
+  }
+  out.blocks = std::move(*blocks);
   BlockSet& set = out.blocks;
   // Slots hold the longest block, not a nominal size no sequence reaches.
   int64_t longest = 0;

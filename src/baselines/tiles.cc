@@ -6,7 +6,7 @@
 
 namespace dcp::internal {
 
-void AddTiles(const Batch& batch, BlockSet* set) {
+bool AddTiles(const Batch& batch, int64_t max_tiles, BlockSet* set) {
   DCP_CHECK(set->head_groups == 1, "AddTiles makes the tiles of one head group");
   const AttentionShape& shape = set->shape;
   const int64_t fwd_per_pair = 4 * shape.head_dim * shape.heads;
@@ -23,6 +23,7 @@ void AddTiles(const Batch& batch, BlockSet* set) {
         const int64_t area = mask.Area(qb.token_begin, qb.token_begin + qb.tokens, kb.token_begin,
                                        kb.token_begin + kb.tokens);
         if (area == 0) continue;
+        if (static_cast<int64_t>(set->compute_blocks.size()) >= max_tiles) return false;
         set->compute_blocks.push_back(ComputeBlock{.sequence = qb.sequence,
                                                    .head_group = 0,
                                                    .q_block = DataBlockId{q},
@@ -33,6 +34,7 @@ void AddTiles(const Batch& batch, BlockSet* set) {
       }
     }
   }
+  return true;
 }
 
 }  // namespace dcp::internal

@@ -46,7 +46,8 @@ void AddPlannerOptions(CLI::App& app, PlannerArgs& args) {
       ->capture_default_str();
   app.add_option("--max-planning-memory", args.max_planning_memory,
                  "Bytes planning itself may take (0: 80% of the machine's memory, or of ulimit "
-                 "-v); a batch whose tiles would need more is refused before placement")
+                 "-v); a batch whose tiles, or a --strategy whose plan, would need more is refused "
+                 "before it is made")
       ->capture_default_str();
   app.add_option("--read-partition", args.read_partition,
                  "Plan this placement instead of dcp's own: a partition file as `dcp place "

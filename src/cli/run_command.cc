@@ -231,7 +231,10 @@ Result<PlannedFromArgs> PlanForRun(const BatchArgs& batch_args, const RunArgs& a
   DCP_ASSIGN_OR_RETURN(Batch batch, BuildBatch(batch_args, &empty_sequences));
   Stopwatch watch;
   DCP_ASSIGN_OR_RETURN(BaselinePlan baseline,
-                       PlanBaseline(*strategy, batch, BaselineOptions{.topology = topology}));
+                       PlanBaseline(*strategy, batch,
+                                    BaselineOptions{.topology = topology,
+                                                    .max_planning_bytes =
+                                                        args.planner.max_planning_memory}));
   PlannedFromArgs out{.batch = std::move(batch), .planned = {}};
   out.empty_sequences = empty_sequences;
   out.planned.blocks = std::move(baseline.blocks);

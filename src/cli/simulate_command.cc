@@ -84,8 +84,9 @@ Result<Simulated> WithBaseline(Strategy strategy, const BatchArgs& batch_args,
   std::optional<Simulated> best;
   nlohmann::json tried = nlohmann::json::object();
   Status last_error;
-  for (const BaselineVariant& variant : variants) {
+  for (BaselineVariant variant : variants) {
     Stopwatch watch;
+    variant.options.max_planning_bytes = args.planner.max_planning_memory;
     Result<BaselinePlan> baseline = PlanBaseline(strategy, batch, variant.options);
     const double planning_ms = watch.Lap();
     if (!baseline.ok()) {

@@ -65,14 +65,8 @@ Status CheckMemoryBudget(const Plan& plan, int64_t budget) {
 Status ScheduleAndCompile(const Batch& batch, const PlanOptions& options, int32_t divisions,
                           PlannedBatch* out, const PlanningMonitor* reports = nullptr);
 
-// options.max_planning_bytes, or when it is 0, 80% of the memory this process may have: the
-// machine's physical memory, or less under an address-space limit (ulimit -v; no limit when
-// neither can be read).
 int64_t PlanningMemoryLimit(const PlanOptions& options) {
-  if (options.max_planning_bytes > 0) return options.max_planning_bytes;
-  const int64_t bytes = internal::ProcessMemoryBytes();
-  if (bytes == 0) return std::numeric_limits<int64_t>::max();
-  return static_cast<int64_t>(0.8 * static_cast<double>(bytes));
+  return internal::PlanningMemoryLimit(options.max_planning_bytes);
 }
 
 // Refuses blocks that one pass cannot plan within options.max_planning_bytes, before placement
@@ -81,15 +75,12 @@ Status CheckPlanningMemory(const BlockSet& blocks, const PlanOptions& options) {
   const int64_t limit = PlanningMemoryLimit(options);
   const auto tiles = static_cast<int64_t>(blocks.compute_blocks.size());
   if (tiles <= limit / kPlanningBytesPerTile) return Status::Ok();
-  const auto readable = [](int64_t bytes) {
-    const double gib = static_cast<double>(bytes) / (1 << 30);
-    return gib >= 0.1 ? fmt::format("{:.1f} GiB", gib) : fmt::format("{} bytes", bytes);
-  };
   return Status::InvalidArgument(fmt::format(
       "planning {} tiles (blocks of {} tokens) needs about {}, more than the {} allowed "
       "(PlanOptions.max_planning_bytes, --max-planning-memory; by default 80% of the memory this "
       "process may have): use larger blocks (--block-size) or a smaller batch",
-      tiles, blocks.block_size, readable(tiles * kPlanningBytesPerTile), readable(limit)));
+      tiles, blocks.block_size, internal::ReadableBytes(tiles * kPlanningBytesPerTile),
+      internal::ReadableBytes(limit)));
 }
 
 // The blocks of a pass: options.block_size, or the block-size heuristic's when it is 0.
@@ -342,15 +333,17 @@ std::vector<Candidate> CandidatesOf(const Batch& batch, const PlanOptions& optio
     }
   }
   // Several candidates are planned on the threads at once, each on one, with the best so far kept
-  // beside them: each of dcp's own gets that share of the planning memory.
-  if (candidates.size() > 1) {
-    const int64_t limit = PlanningMemoryLimit(options);
-    const int64_t at_once =
-        std::min<int64_t>(options.threads, static_cast<int64_t>(candidates.size())) + 1;
-    for (Candidate& c : candidates) {
-      if (!c.own) continue;
-      c.own->threads = 1;
-      c.own->max_planning_bytes = std::max<int64_t>(1, limit / at_once);
+  // beside them: each gets that share of the planning memory.
+  const int64_t limit = PlanningMemoryLimit(options);
+  const int64_t at_once =
+      std::min<int64_t>(options.threads, static_cast<int64_t>(candidates.size())) + 1;
+  for (Candidate& c : candidates) {
+    const int64_t share = candidates.size() > 1 ? std::max<int64_t>(1, limit / at_once) : limit;
+    if (c.own) {
+      if (candidates.size() > 1) c.own->threads = 1;
+      c.own->max_planning_bytes = share;
+    } else {
+      c.baseline.max_planning_bytes = share;
     }
   }
   return candidates;

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <limits>
 
+#include <fmt/format.h>
+
 namespace dcp::internal {
 
 int64_t ProcessMemoryBytes() {
@@ -22,6 +24,18 @@ int64_t ProcessMemoryBytes() {
     bytes = bytes == 0 ? limit : std::min(bytes, limit);
   }
   return bytes;
+}
+
+int64_t PlanningMemoryLimit(int64_t max_planning_bytes) {
+  if (max_planning_bytes > 0) return max_planning_bytes;
+  const int64_t bytes = ProcessMemoryBytes();
+  if (bytes == 0) return std::numeric_limits<int64_t>::max();
+  return static_cast<int64_t>(0.8 * static_cast<double>(bytes));
+}
+
+std::string ReadableBytes(int64_t bytes) {
+  const double gib = static_cast<double>(bytes) / (1 << 30);
+  return gib >= 0.1 ? fmt::format("{:.1f} GiB", gib) : fmt::format("{} bytes", bytes);
 }
 
 }  // namespace dcp::internal

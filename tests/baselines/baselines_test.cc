@@ -8,6 +8,7 @@
 #include <random>
 #include <set>
 
+#include "baselines/peer_strategies.h"
 #include "dcp/baselines.h"
 #include "dcp/runtime.h"
 #include "testing/cases.h"
@@ -323,6 +324,80 @@ TEST(PlanBaseline, LoongTrainHopsInsideInnerRingsAndOnceAcrossThem) {
   EXPECT_EQ(inner, 6 * 8 * 2);
   auto bad = PlanBaseline(Strategy::kLoongTrain, batch, {.topology = topology, .inner_ring = 3});
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+}
+
+// What a finished plan is estimated to need to plan, from its own counts at the documented rates.
+int64_t PlanningBytes(const BaselinePlan& planned, const Topology& topology) {
+  return internal::PlanSize{
+      .devices = topology.devices(),
+      .divisions = planned.schedule.n_divisions,
+      .transfers = static_cast<int64_t>(planned.schedule.transfers.size()),
+      .tiles = static_cast<int64_t>(planned.blocks.compute_blocks.size()),
+      .data_blocks = static_cast<int64_t>(planned.blocks.data_blocks.size())}
+      .Bytes();
+}
+
+// Every strategy plans within exactly the memory its plan is estimated to need, and is refused,
+// naming the limit, one byte below it. The static layouts count their size before they make it,
+// so they refuse while making their tiles ("at least"), before the compile.
+TEST(PlanBaseline, PlansWithinThePlanningMemoryItsPlanNeedsAndIsRefusedBelowIt) {
+  constexpr Strategy kAll[] = {Strategy::kRing, Strategy::kZigzag,     Strategy::kUlysses,
+                               Strategy::kTe,   Strategy::kLoongTrain, Strategy::kFcp,
+                               Strategy::kMagi};
+  for (uint64_t seed = 0; seed < testing::RandomCases(70); ++seed) {
+    std::mt19937_64 rng(seed);
+    const Strategy strategy = kAll[seed % std::size(kAll)];
+    std::vector<int64_t> lengths(1 + rng() % 4);
+    for (int64_t& l : lengths) l = 1 + static_cast<int64_t>(rng() % 3000);
+    Topology topology{.nodes = 1 + static_cast<int32_t>(rng() % 3),
+                      .devices_per_node = 1 + static_cast<int32_t>(rng() % 4)};
+    if (strategy == Strategy::kUlysses) topology = {.nodes = 1, .devices_per_node = 2};
+    BaselineOptions options{.topology = topology};
+    if (strategy == Strategy::kFcp) options.fcp_block_tokens = 64 << (rng() % 4);
+    const char* mask = kMasks[rng() % std::size(kMasks)];
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << ToString(strategy) << " mask "
+                                      << mask << " topology " << topology.ToString());
+    const Batch batch = MakeBatch(lengths, mask, kShape);
+    auto unlimited = PlanBaseline(strategy, batch, options);
+    ASSERT_TRUE(unlimited.ok()) << unlimited.status().ToString();
+    const int64_t need = PlanningBytes(*unlimited, topology);
+
+    options.max_planning_bytes = need;
+    auto within = PlanBaseline(strategy, batch, options);
+    ASSERT_TRUE(within.ok()) << "within " << need << ": " << within.status().ToString();
+    EXPECT_EQ(within->plan.forward.size(), unlimited->plan.forward.size());
+
+    options.max_planning_bytes = need - 1;
+    auto below = PlanBaseline(strategy, batch, options);
+    ASSERT_EQ(below.status().code(), StatusCode::kInvalidArgument);
+    const std::string message(below.status().message());
+    EXPECT_NE(message.find(std::string(ToString(strategy)) + " on " + topology.ToString()),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("max_planning_bytes"), std::string::npos) << message;
+    const bool laid_out_statically = strategy != Strategy::kFcp && strategy != Strategy::kMagi;
+    if (laid_out_statically && !unlimited->blocks.compute_blocks.empty()) {
+      EXPECT_NE(message.find("at least"), std::string::npos) << message;
+    }
+  }
+}
+
+// A static layout whose devices x divisions alone are beyond the limit is refused before anything
+// is made: ring on 1024 devices holds 1024 x 1024 of them however small the batch.
+TEST(PlanBaseline, RefusesARingTooLargeToPlanBeforeMakingIt) {
+  const Batch batch = MakeBatch({1000}, "causal", kShape);
+  const Topology topology{.nodes = 128, .devices_per_node = 8};
+  for (Strategy s : {Strategy::kRing, Strategy::kZigzag, Strategy::kTe, Strategy::kLoongTrain}) {
+    auto refused = LayOutBaseline(s, batch, {.topology = topology, .max_planning_bytes = 1 << 30});
+    ASSERT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << ToString(s);
+    EXPECT_NE(refused.status().message().find(" 0 tiles"), std::string::npos)
+        << refused.status().ToString();
+  }
+  EXPECT_EQ(
+      PlanBaseline(Strategy::kRing, batch, {.topology = {1, 2}, .max_planning_bytes = -1})
+          .status()
+          .code(),
+      StatusCode::kInvalidArgument);
 }
 
 TEST(PlanBaseline, StrategyNamesRoundTrip) {

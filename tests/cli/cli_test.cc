@@ -557,6 +557,18 @@ TEST(CliPlan, RefusesABatchAboveThePlanningMemoryLimit) {
   EXPECT_EQ(fits.exit_code, 0) << fits.err;
 }
 
+// A static layout too large to plan in the machine's memory is refused at once, naming the reason
+// and the option (ring on 1024x8 would hold 8192 x 8192 device divisions: 133 GiB).
+TEST(CliSimulate, RefusesAStaticLayoutTooLargeToPlan) {
+  const CliRun r = RunDcp({"simulate", "--strategy", "ring", "--topology", "1024x8", "--seqlens",
+                           "1000", "--max-planning-memory", "17179869184"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("ring on 1024x8: planning it would take about 133.5 GiB"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("--max-planning-memory"), std::string::npos) << r.err;
+}
+
 TEST(CliPlan, DumpsEveryProgram) {
   const CliRun r = RunDcp(
       {"plan", "--seqlens", "3000,1000", "--topology", "1x2", "--block-size", "1024", "--dump"});

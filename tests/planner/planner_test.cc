@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "baselines/peer_strategies.h"
 #include "dcp/baselines.h"
 
 namespace dcp {
@@ -818,6 +819,38 @@ TEST(PlanBatch, TunedCandidatesShareThePlanningMemory) {
   ASSERT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("planning"), std::string::npos)
       << refused.status().ToString();
+}
+
+// The other strategies' candidates get the same share of the planning memory as dcp's own: with
+// two threads, a third of it (two at once and the best kept). Below three times what ring's plan
+// needs, ring is refused, naming why, and dcp's own plan still wins.
+TEST(PlanBatch, OtherStrategiesShareThePlanningMemory) {
+  const Batch batch = TestBatch();
+  auto ring = PlanBaseline(Strategy::kRing, batch, {.topology = k2x4});
+  ASSERT_TRUE(ring.ok()) << ring.status().ToString();
+  const int64_t needs =
+      internal::PlanSize{.devices = k2x4.devices(),
+                         .divisions = ring->schedule.n_divisions,
+                         .transfers = static_cast<int64_t>(ring->schedule.transfers.size()),
+                         .tiles = static_cast<int64_t>(ring->blocks.compute_blocks.size()),
+                         .data_blocks = static_cast<int64_t>(ring->blocks.data_blocks.size())}
+          .Bytes();
+  const auto ring_error = [&](int64_t limit) {
+    auto planned = PlanBatch(batch, On2x4([&](PlanOptions& o) {
+                               o.threads = 2;
+                               o.max_planning_bytes = limit;
+                             }));
+    EXPECT_TRUE(planned.ok()) << planned.status().ToString();
+    if (!planned.ok()) return std::string("not planned");
+    for (const CandidateOutcome& c : planned->candidates) {
+      if (c.name == "ring") return c.error;
+    }
+    ADD_FAILURE() << "no ring candidate";
+    return std::string();
+  };
+  EXPECT_EQ(ring_error(3 * needs + 3).find("planning it would take"), std::string::npos);
+  const std::string refused = ring_error(3 * needs - 3);
+  EXPECT_NE(refused.find("ring on 2x4: planning it would take"), std::string::npos) << refused;
 }
 
 // Tuning under a budget keeps only candidates within it, and with none within it names the
