@@ -133,14 +133,22 @@ Result<BaselinePlan> PlanFcp(const Batch& batch, const BaselineOptions& options)
   std::sort(needs.begin(), needs.end());
   needs.erase(std::unique(needs.begin(), needs.end()), needs.end());
   const std::vector<std::vector<DeviceEdge>> rounds = CongestionFreeRounds(p, std::move(edges));
-  std::vector<int32_t> division_of(static_cast<size_t>(p) * p, 0);  // per (from, to): round + 1
+  // Per device pair that exchanges anything, its round + 1, sorted: a table over all pairs was
+  // 1 GB on 2048x8 however few of them exchange.
+  std::vector<std::pair<DeviceEdge, int32_t>> division_of;
   for (size_t r = 0; r < rounds.size(); ++r) {
-    for (const auto& [from, to] : rounds[r]) {
-      division_of[static_cast<size_t>(from) * p + to] = static_cast<int32_t>(r) + 1;
+    for (const DeviceEdge& edge : rounds[r]) {
+      division_of.emplace_back(edge, static_cast<int32_t>(r) + 1);
     }
   }
+  std::sort(division_of.begin(), division_of.end());
   const auto division = [&](int32_t from, int32_t to) {
-    return from == to ? 0 : division_of[static_cast<size_t>(from) * p + to];
+    if (from == to) return 0;
+    const DeviceEdge edge{from, to};
+    const auto it =
+        std::lower_bound(division_of.begin(), division_of.end(), std::pair{edge, 0});
+    DCP_CHECK(it != division_of.end() && it->first == edge, "every exchanging pair has a round");
+    return it->second;
   };
 
   Schedule& schedule = out.schedule;
