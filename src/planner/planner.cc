@@ -99,6 +99,8 @@ Result<BlockSet> BlocksFor(const Batch& batch, const PlanOptions& options) {
                                          .eps_memory = options.partition.eps_memory}));
     blocking.block_size = choice.block_size;
   }
+  // Options checked first, so that the errors given the memory's context are the blocks' size.
+  DCP_RETURN_IF_ERROR(blocking.Validate());
   Result<BlockSet> blocks = MakeBlocks(batch, blocking);
   if (!blocks.ok()) {
     return blocks.status().WithContext(
@@ -857,9 +859,10 @@ Result<PlannedBatch> Tune(const Batch& batch, const PlanOptions& options,
 
 Status TuningOptions::Validate() const {
   for (int64_t b : block_sizes) {
-    if (b < 1) {
+    if (b < 1 || b > kMaxSequenceLength) {
       return Status::InvalidArgument(
-          fmt::format("PlanOptions.tuning.block_sizes holds {}; block sizes must be >= 1", b));
+          fmt::format("PlanOptions.tuning.block_sizes holds {}; block sizes must be in [1, {}]",
+                      b, kMaxSequenceLength));
     }
   }
   for (Tolerances eps : tolerances) {
@@ -921,9 +924,10 @@ Status PlanOptions::Validate() const {
   DCP_RETURN_IF_ERROR(topology.Validate().WithContext("PlanOptions.topology"));
   DCP_RETURN_IF_ERROR(cluster.Validate().WithContext("PlanOptions.cluster"));
   DCP_RETURN_IF_ERROR(cluster.CheckHolds(topology).WithContext("PlanOptions"));
-  if (block_size < 0) {
+  if (block_size < 0 || block_size > kMaxSequenceLength) {
     return Status::InvalidArgument(
-        fmt::format("PlanOptions.block_size {} must be >= 1, or 0 to tune it", block_size));
+        fmt::format("PlanOptions.block_size {} must be in [1, {}], or 0 to tune it", block_size,
+                    kMaxSequenceLength));
   }
   DCP_RETURN_IF_ERROR(partition.Validate().WithContext("PlanOptions.partition"));
   DCP_RETURN_IF_ERROR(tuning.Validate());

@@ -537,6 +537,12 @@ TEST(CliPlan, RejectsABadDivisionCount) {
   const CliRun r = RunDcp({"plan", "--seqlens", "4096", "--divisions", "many"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("'many'"), std::string::npos) << r.err;
+  // A block size beyond the longest sequence allowed is refused, not left to every candidate of
+  // dcp's own to fail on while another strategy's plan is chosen.
+  const CliRun huge = RunDcp({"plan", "--seqlens", "4096", "--block-size", "99999999999"});
+  EXPECT_NE(huge.exit_code, 0);
+  EXPECT_NE(huge.err.find("block_size 99999999999 must be in [1, 1073741824]"), std::string::npos)
+      << huge.err;
   const CliRun r9 = RunDcp({"plan", "--seqlens", "4096", "--divisions", "17"});
   EXPECT_NE(r9.exit_code, 0);
   EXPECT_NE(r9.err.find("divisions=17"), std::string::npos) << r9.err;
