@@ -125,8 +125,9 @@ Status CompileBaseline(Strategy strategy, const Batch& batch, const BaselineOpti
                        BaselinePlan* laid_out);
 
 // Plans `batch` the way `strategy` (not kDcp) would. Returns InvalidArgument for bad options or a
-// plan above the planning memory (BaselineOptions::max_planning_bytes), and Unsupported where the strategy cannot run the batch on the topology (ulysses when P does not
-// divide the KV heads), with the reason. fcp and magi plan every batch and mask.
+// plan above the planning memory (BaselineOptions::max_planning_bytes), and Unsupported where the
+// strategy cannot run the batch on the topology (ulysses when P does not divide the KV heads), with
+// the reason. fcp and magi plan every batch and mask.
 Result<BaselinePlan> PlanBaseline(Strategy strategy, const Batch& batch,
                                   const BaselineOptions& options);
 

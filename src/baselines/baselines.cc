@@ -129,7 +129,8 @@ int64_t PaddedTokens(const Layout& layout, const Batch& batch, int32_t devices) 
 // goes round the ring to every head group and, with head ranks, to the other head groups first.
 internal::PlanSize LayoutSize(const Layout& layout, const Batch& batch, int32_t devices) {
   const int64_t pieces = int64_t{layout.chunks} * layout.heads;
-  internal::PlanSize size{.devices = devices, .divisions = layout.FirstRingDivision() + layout.ranks};
+  internal::PlanSize size{.devices = devices,
+                          .divisions = layout.FirstRingDivision() + layout.ranks};
   for (int64_t length : batch.seqlens()) size.data_blocks += std::min(length, pieces);
   size.transfers = size.data_blocks * layout.heads * (layout.ranks - 1) +
                    (layout.heads > 1 ? size.data_blocks * (layout.heads - 1) * 2 : 0);
@@ -186,8 +187,7 @@ Status MakeBlocksAndPlacement(const Layout& layout, const Batch& batch,
                                          kb.token_begin, kb.token_begin + kb.tokens);
           if (area == 0) continue;
           if (static_cast<int64_t>(set.compute_blocks.size()) >= max_tiles) {
-            size.tiles = max_tiles + 1;
-            return internal::CheckPlanSize(layout.strategy, size, options, /*tiles_so_far=*/true);
+            return internal::TilesDoNotFit(layout.strategy, size, options);
           }
           set.compute_blocks.push_back(ComputeBlock{.sequence = qb.sequence,
                                                     .head_group = g,
@@ -293,22 +293,38 @@ int64_t PlanSize::Bytes() const {
 int64_t TilesWithin(const PlanSize& size, const BaselineOptions& options) {
   PlanSize rest = size;
   rest.tiles = 0;
-  return std::max<int64_t>(
-      0, (PlanningMemoryLimit(options.max_planning_bytes) - rest.Bytes()) / PlanSize::kBytesPerTile);
+  return std::max<int64_t>(0, (PlanningMemoryLimit(options.max_planning_bytes) - rest.Bytes()) /
+                                  PlanSize::kBytesPerTile);
 }
 
-Status CheckPlanSize(Strategy strategy, const PlanSize& size, const BaselineOptions& options,
-                     bool tiles_so_far) {
-  const int64_t limit = PlanningMemoryLimit(options.max_planning_bytes);
-  if (size.Bytes() <= limit) return Status::Ok();
+namespace {
+
+// The refusal of `size` above `limit`; `tiles_so_far`: its tiles were counted until they did not
+// fit.
+Status PlanSizeRefusal(Strategy strategy, const PlanSize& size, const BaselineOptions& options,
+                       int64_t limit, bool tiles_so_far) {
   return Status::InvalidArgument(fmt::format(
       "{} on {}: planning it would take about {} ({} devices x {} divisions, {} transfers, {}{} "
       "tiles, {} data blocks), more than the {} allowed (BaselineOptions.max_planning_bytes, "
       "--max-planning-memory; by default 80% of the memory this process may have): use fewer "
       "devices or a smaller batch",
       ToString(strategy), options.topology.ToString(), ReadableBytes(size.Bytes()), size.devices,
-      size.divisions, size.transfers, tiles_so_far ? "at least " : "", size.tiles,
-      size.data_blocks, ReadableBytes(limit)));
+      size.divisions, size.transfers, tiles_so_far ? "at least " : "", size.tiles, size.data_blocks,
+      ReadableBytes(limit)));
+}
+
+}  // namespace
+
+Status CheckPlanSize(Strategy strategy, const PlanSize& size, const BaselineOptions& options) {
+  const int64_t limit = PlanningMemoryLimit(options.max_planning_bytes);
+  if (size.Bytes() <= limit) return Status::Ok();
+  return PlanSizeRefusal(strategy, size, options, limit, /*tiles_so_far=*/false);
+}
+
+Status TilesDoNotFit(Strategy strategy, PlanSize size, const BaselineOptions& options) {
+  size.tiles = TilesWithin(size, options) + 1;
+  return PlanSizeRefusal(strategy, size, options, PlanningMemoryLimit(options.max_planning_bytes),
+                         /*tiles_so_far=*/true);
 }
 
 }  // namespace internal

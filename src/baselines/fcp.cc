@@ -99,15 +99,13 @@ Result<BaselinePlan> PlanFcp(const Batch& batch, const BaselineOptions& options)
     size.data_blocks += (length + options.fcp_block_tokens - 1) / options.fcp_block_tokens;
   }
   DCP_RETURN_IF_ERROR(CheckPlanSize(Strategy::kFcp, size, options));
-  const int64_t max_tiles = TilesWithin(size, options);
+  // (Its options are validated, so MakeBlocks fails only past the tiles allowed.)
   Result<BlockSet> blocks = MakeBlocks(
-      batch, BlockingOptions{.block_size = options.fcp_block_tokens,
-                             .head_groups = 1,
-                             .max_compute_blocks = std::max<int64_t>(1, max_tiles)});
-  if (!blocks.ok()) {
-    size.tiles = max_tiles + 1;
-    return CheckPlanSize(Strategy::kFcp, size, options, /*tiles_so_far=*/true);
-  }
+      batch,
+      BlockingOptions{.block_size = options.fcp_block_tokens,
+                      .head_groups = 1,
+                      .max_compute_blocks = std::max<int64_t>(1, TilesWithin(size, options))});
+  if (!blocks.ok()) return TilesDoNotFit(Strategy::kFcp, size, options);
   out.blocks = std::move(*blocks);
   BlockSet& set = out.blocks;
   // Slots hold the longest block, not a nominal size no sequence reaches.
@@ -145,8 +143,7 @@ Result<BaselinePlan> PlanFcp(const Batch& batch, const BaselineOptions& options)
   const auto division = [&](int32_t from, int32_t to) {
     if (from == to) return 0;
     const DeviceEdge edge{from, to};
-    const auto it =
-        std::lower_bound(division_of.begin(), division_of.end(), std::pair{edge, 0});
+    const auto it = std::lower_bound(division_of.begin(), division_of.end(), std::pair{edge, 0});
     DCP_CHECK(it != division_of.end() && it->first == edge, "every exchanging pair has a round");
     return it->second;
   };

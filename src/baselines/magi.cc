@@ -107,13 +107,11 @@ Result<BaselinePlan> PlanMagi(const Batch& batch, const BaselineOptions& options
   const std::vector<int64_t> chunk_of = MakeChunkPieces(batch, chunk, &set);
   // Its data blocks, one division (the local stage; the remote ones may stay empty) and its tiles
   // as they are made; the stages and transfers are counted before the compile (CompileBaseline).
-  PlanSize size{.devices = p,
-                .divisions = 1,
-                .data_blocks = static_cast<int64_t>(set.data_blocks.size())};
+  const PlanSize size{
+      .devices = p, .divisions = 1, .data_blocks = static_cast<int64_t>(set.data_blocks.size())};
   DCP_RETURN_IF_ERROR(CheckPlanSize(Strategy::kMagi, size, options));
-  if (const int64_t max_tiles = TilesWithin(size, options); !AddTiles(batch, max_tiles, &set)) {
-    size.tiles = max_tiles + 1;
-    return CheckPlanSize(Strategy::kMagi, size, options, /*tiles_so_far=*/true);
+  if (!AddTiles(batch, TilesWithin(size, options), &set)) {
+    return TilesDoNotFit(Strategy::kMagi, size, options);
   }
 
   const int64_t n_chunks = (batch.total_tokens() + chunk - 1) / chunk;

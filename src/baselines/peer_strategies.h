@@ -15,13 +15,13 @@ namespace dcp::internal {
 // What laying out, compiling and simulating a strategy's plan holds at its peak, from its size.
 // The rates are fitted to the peak RSS of `dcp simulate --strategy ring` (1000 tokens on 16x8,
 // 32x8 and 64x8; 100,000 x 1, 50,000 x 2 and 20,000 x 8 tokens on 1x1, 1x2 and 1x8), and predict
-// a case left out of the fit, 5,000 x 64 tokens on 4x8, at 2.58 GB (measured: 2.5 GB).
+// a case left out of the fit, 5,000 x 64 tokens on 4x8, at 2.58 GB (measured: 2.56 GB).
 struct PlanSize {
   int64_t devices = 0;
-  int64_t divisions = 0;  // per device: its instructions and tables of each division
-  int64_t transfers = 0;         // each one a send and a receive in both passes
-  int64_t tiles = 0;             // compute blocks, in the blocks, the schedule and both passes
-  int64_t data_blocks = 0;       // their slots in every program they reach
+  int64_t divisions = 0;    // per device: its instructions and tables of each division
+  int64_t transfers = 0;    // each one a send and a receive in both passes
+  int64_t tiles = 0;        // compute blocks, in the blocks, the schedule and both passes
+  int64_t data_blocks = 0;  // their slots in every program they reach
 
   static constexpr int64_t kBytesPerDeviceDivision = 2100, kBytesPerTransfer = 300,
                            kBytesPerTile = 450, kBytesPerDataBlock = 1300;
@@ -34,9 +34,12 @@ int64_t TilesWithin(const PlanSize& size, const BaselineOptions& options);
 
 // InvalidArgument when planning `size` would take more than the planning memory of `options`
 // (BaselineOptions::max_planning_bytes), naming the strategy, the topology, the size, the
-// estimate and the limit. `tiles_so_far`: the tiles were counted until they did not fit.
-Status CheckPlanSize(Strategy strategy, const PlanSize& size, const BaselineOptions& options,
-                     bool tiles_so_far = false);
+// estimate and the limit.
+Status CheckPlanSize(Strategy strategy, const PlanSize& size, const BaselineOptions& options);
+
+// CheckPlanSize's refusal of a plan whose tiles, counted as they were made, went past
+// TilesWithin(size, options): it names them as at least one more than that.
+Status TilesDoNotFit(Strategy strategy, PlanSize size, const BaselineOptions& options);
 
 // FCP (src/baselines/fcp.cc). REQUIRES: options validated.
 Result<BaselinePlan> PlanFcp(const Batch& batch, const BaselineOptions& options);

@@ -239,8 +239,8 @@ SlotLayout BestFit(const Program& program, const std::vector<Life>& lives,
       offset = at;
       remove(by_offset.find(at));
       if (size > bytes) add(at + bytes, size - bytes);  // what is left keeps its place
-    } else if (!by_offset.empty() && by_offset.rbegin()->first + by_offset.rbegin()->second ==
-                                         layout.bytes) {
+    } else if (!by_offset.empty() &&
+               by_offset.rbegin()->first + by_offset.rbegin()->second == layout.bytes) {
       offset = by_offset.rbegin()->first;  // the range at the top grows
       remove(std::prev(by_offset.end()));
       layout.bytes = offset + bytes;

@@ -339,8 +339,8 @@ std::vector<Candidate> CandidatesOf(const Batch& batch, const PlanOptions& optio
   const int64_t limit = PlanningMemoryLimit(options);
   const int64_t at_once =
       std::min<int64_t>(options.threads, static_cast<int64_t>(candidates.size())) + 1;
+  const int64_t share = candidates.size() > 1 ? std::max<int64_t>(1, limit / at_once) : limit;
   for (Candidate& c : candidates) {
-    const int64_t share = candidates.size() > 1 ? std::max<int64_t>(1, limit / at_once) : limit;
     if (c.own) {
       if (candidates.size() > 1) c.own->threads = 1;
       c.own->max_planning_bytes = share;
@@ -861,8 +861,8 @@ Status TuningOptions::Validate() const {
   for (int64_t b : block_sizes) {
     if (b < 1 || b > kMaxSequenceLength) {
       return Status::InvalidArgument(
-          fmt::format("PlanOptions.tuning.block_sizes holds {}; block sizes must be in [1, {}]",
-                      b, kMaxSequenceLength));
+          fmt::format("PlanOptions.tuning.block_sizes holds {}; block sizes must be in [1, {}]", b,
+                      kMaxSequenceLength));
     }
   }
   for (Tolerances eps : tolerances) {
