@@ -2,7 +2,6 @@
 #include "sim/flow_network.h"
 
 #include <algorithm>
-#include <tuple>
 
 #include "dcp/status.h"
 
@@ -15,12 +14,12 @@ constexpr double kFinishTolerance = 1e-12;
 
 }  // namespace
 
-FlowNetwork::FlowNetwork(std::vector<double> capacities) : capacity_(std::move(capacities)) {
+FlowNetwork::FlowNetwork(std::vector<double> capacities)
+    : capacity_(std::move(capacities)), fill_(capacity_.size()) {
   for (double c : capacity_) DCP_CHECK(c > 0, "resource capacity {} is not positive", c);
   const size_t n = capacity_.size();
   left_.resize(n);
   count_.resize(n);
-  version_.resize(n);
   cursor_.resize(n);
   begin_.resize(n);
   on_.resize(n);
@@ -82,14 +81,13 @@ double FlowNetwork::FirstFinish(const Class& cls) const {
 }
 
 // Progressive filling over the classes linked to a change, each weighing its flow count: the
-// resource with the smallest fair share fixes its classes' flows at that share. Shares only change
-// when a class of the resource is fixed elsewhere; stale heap entries are recognised by their
-// version. Only the resources those classes cross are touched (the per-resource tables are zero
-// between calls). Why not every class: at an event of a baseline's pass over 16x8, 34-46 classes
-// run in as many separate groups and one or two of them change; sharing all of them out at each
-// event was 15% of a 1M-token default plan. The level a group's classes get is the same whichever
-// other groups are filled beside it: entries come off the heap in order of share, and one below
-// the level (rounding) comes off right after the entry of its own group that pushed it.
+// resource with the smallest fair share fixes its classes' flows at that share. Only the resources
+// those classes cross are touched (the per-resource tables are zero between calls). Why not every
+// class: at an event of a baseline's pass over 16x8, 34-46 classes run in as many separate groups
+// and one or two of them change; sharing all of them out at each event was 15% of a 1M-token
+// default plan. The level a group's classes get is the same whichever other groups are filled
+// beside it: resources come off the heap in order of share, and one below the level (rounding)
+// comes off right after the resource of its own group that lowered it.
 void FlowNetwork::Share() {
   // The classes linked to a changed resource: changed_ grows into the resources they cross.
   group_.clear();
@@ -104,9 +102,18 @@ void FlowNetwork::Share() {
   }
   for (int32_t r : changed_) is_changed_[r] = 0;
   changed_.clear();
+  // In active_ order: sorted when the group is a few classes, read off active_ when it is most of
+  // them (a group-cast links every class of an all-to-all over nodes).
+  if (group_.size() * 16 < active_.size()) {
+    std::sort(group_.begin(), group_.end(),
+              [this](int32_t x, int32_t y) { return active_index_[x] < active_index_[y]; });
+  } else {
+    group_.clear();
+    for (int32_t c : active_) {
+      if (in_group_[c]) group_.push_back(c);
+    }
+  }
   for (int32_t c : group_) in_group_[c] = 0;
-  std::sort(group_.begin(), group_.end(),
-            [this](int32_t x, int32_t y) { return active_index_[x] < active_index_[y]; });
 
   // Per crossed resource (touched_), its flows (count_) and its classes in the group, as one
   // array of positions in group_ (members_[begin_[r] .. cursor_[r]), in active_ order).
@@ -130,7 +137,7 @@ void FlowNetwork::Share() {
   }
   fixed_.assign(group_.size(), 0);
   // A class alone on both its resources gets the smaller of their shares: what the filling
-  // below would give it, without its heap entries (a ring's or TE's classes all are).
+  // below would give it, without the heap (a ring's or TE's classes all are).
   for (size_t i = 0; i < group_.size(); ++i) {
     Class& cls = classes_[group_[i]];
     if (cursor_[cls.a] - begin_[cls.a] != 1 || cursor_[cls.b] - begin_[cls.b] != 1) continue;
@@ -139,23 +146,16 @@ void FlowNetwork::Share() {
     count_[cls.a] = count_[cls.b] = 0;
   }
 
-  // (share, resource, version), smallest share on top. Entries are distinct, so the order they
-  // are pushed in does not change the order they come off.
-  const auto later = std::greater<>();
-  heap_.clear();
   for (int32_t r : touched_) {
     if (count_[r] == 0) continue;
     left_[r] = capacity_[r];
-    heap_.emplace_back(left_[r] / count_[r], r, 0);
-    std::push_heap(heap_.begin(), heap_.end(), later);
+    fill_.Set(r, left_[r] / count_[r]);
   }
   double level = 0;  // shares never fall below the last level; this guards rounding
-  while (!heap_.empty()) {
-    std::pop_heap(heap_.begin(), heap_.end(), later);
-    const auto [share, r, version] = heap_.back();
-    heap_.pop_back();
-    if (version != version_[r] || count_[r] == 0) continue;
-    level = std::max(level, share);
+  while (!fill_.empty()) {
+    const int32_t r = fill_.top();
+    level = std::max(level, fill_.key(r));
+    fill_.Remove(r);
     for (int32_t m = begin_[r]; m < cursor_[r]; ++m) {
       const int32_t i = members_[m];
       if (fixed_[i]) continue;
@@ -166,8 +166,9 @@ void FlowNetwork::Share() {
       left_[other] = std::max(0.0, left_[other] - level * cls.count());
       count_[other] -= cls.count();
       if (count_[other] > 0) {
-        heap_.emplace_back(left_[other] / count_[other], other, ++version_[other]);
-        std::push_heap(heap_.begin(), heap_.end(), later);
+        fill_.Set(other, left_[other] / count_[other]);
+      } else {
+        fill_.Remove(other);
       }
     }
     count_[r] = 0;
@@ -175,7 +176,6 @@ void FlowNetwork::Share() {
   for (int32_t r : touched_) {
     count_[r] = 0;
     cursor_[r] = 0;
-    version_[r] = 0;
   }
 }
 

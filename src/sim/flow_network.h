@@ -12,10 +12,11 @@
 #include <functional>
 #include <limits>
 #include <queue>
-#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "util/indexed_heap.h"
 
 namespace dcp::sim {
 
@@ -82,13 +83,14 @@ class FlowNetwork {
   std::vector<char> is_changed_;
   std::vector<Pending> pending_;  // added since the last Reallocate
   double time_ = 0;
-  // Scratch space of Share, kept to avoid allocations; count_, version_ and cursor_ are zero
-  // between calls.
+  // Scratch space of Share, kept to avoid allocations; count_ and cursor_ are zero and fill_ is
+  // empty between calls.
   std::vector<double> left_;
-  std::vector<int32_t> count_, version_, cursor_, begin_, members_, touched_;
+  std::vector<int32_t> count_, cursor_, begin_, members_, touched_;
   std::vector<int32_t> group_;  // the classes Share recomputes, in active_ order
   std::vector<char> fixed_, in_group_;
-  std::vector<std::tuple<double, int32_t, int32_t>> heap_;
+  // The resources with flows left to fix, keyed by their fair share (capacity left / flows).
+  internal::IndexedMinHeap fill_;
 };
 
 }  // namespace dcp::sim
