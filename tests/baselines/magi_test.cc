@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "baselines/peer_strategies.h"
 #include "dcp/baselines.h"
@@ -303,6 +304,38 @@ TEST_P(MagiOnEveryMaskFamily, MatchesTheDenseReference) {
     auto planned = PlanBaseline(Strategy::kMagi, batch, options);
     ASSERT_TRUE(planned.ok()) << planned.status().ToString();
     testing::ExpectMatchesDenseReference(*planned, batch, seed);
+  }
+}
+
+// Its tiles, found from the kv blocks each row's slices may touch, are exactly the pairs of one
+// sequence's blocks whose mask area is not zero, in BlockSet order.
+TEST_P(MagiOnEveryMaskFamily, MakesEveryTileOfNonZeroAreaAndNoOther) {
+  for (uint64_t seed = 0; seed < testing::RandomCases(32); ++seed) {
+    std::mt19937_64 rng(seed);
+    const Batch batch = MakeMaskedBatch(RandomLengths(rng, 5, 300), GetParam(), kShape);
+    const int64_t chunk_sizes[] = {0, 7, 16, 64};
+    const BaselineOptions options{
+        .topology = {.nodes = 1, .devices_per_node = 1 + static_cast<int32_t>(rng() % 8)},
+        .magi_chunk_size = chunk_sizes[rng() % 4]};
+    const BaselinePlan plan = PlanMagi(batch, options);
+    const BlockSet& set = plan.blocks;
+    std::vector<std::tuple<int32_t, int32_t, int64_t>> expected, actual;
+    for (size_t s = 0; s < batch.seqlens().size(); ++s) {
+      for (int32_t q = set.sequence_first_block[s]; q < set.sequence_first_block[s + 1]; ++q) {
+        for (int32_t kv = set.sequence_first_block[s]; kv < set.sequence_first_block[s + 1];
+             ++kv) {
+          const DataBlock &qb = set.data_blocks[q], &kb = set.data_blocks[kv];
+          const int64_t area =
+              batch.masks()[s].Area(qb.token_begin, qb.token_begin + qb.tokens, kb.token_begin,
+                                    kb.token_begin + kb.tokens);
+          if (area > 0) expected.emplace_back(q, kv, area);
+        }
+      }
+    }
+    for (const ComputeBlock& c : set.compute_blocks) {
+      actual.emplace_back(c.q_block.value, c.kv_block.value, c.area);
+    }
+    EXPECT_EQ(actual, expected) << "seed " << seed;
   }
 }
 
