@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "baselines/peer_strategies.h"
+#include "util/ranges.h"
 
 namespace dcp::internal {
 namespace {
@@ -35,16 +36,7 @@ void TouchedKvBlocks(const Mask& mask, const std::vector<DataBlock>& blocks, int
     // The block holding column lo: the one before the first starting after it.
     ranges->emplace_back(block_from(lo + 1) - 1, block_from(hi));
   }
-  std::sort(ranges->begin(), ranges->end());
-  size_t merged = 0;
-  for (const auto& r : *ranges) {
-    if (merged > 0 && r.first <= (*ranges)[merged - 1].second) {
-      (*ranges)[merged - 1].second = std::max((*ranges)[merged - 1].second, r.second);
-    } else {
-      (*ranges)[merged++] = r;
-    }
-  }
-  ranges->resize(merged);
+  SortAndMergeRanges(ranges);
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "util/ranges.h"
+
 namespace dcp {
 namespace {
 
@@ -27,16 +29,7 @@ void TouchedKvBlocks(const Mask& mask, int64_t u, int64_t v, int64_t block_size,
     const auto [first, last] = ColumnSpan(s, std::max(u, s.row_begin), std::min(v, s.row_end));
     ranges->emplace_back(first / block_size, (last + block_size - 1) / block_size);
   }
-  std::sort(ranges->begin(), ranges->end());
-  size_t merged = 0;
-  for (const auto& r : *ranges) {
-    if (merged > 0 && r.first <= (*ranges)[merged - 1].second) {
-      (*ranges)[merged - 1].second = std::max((*ranges)[merged - 1].second, r.second);
-    } else {
-      (*ranges)[merged++] = r;
-    }
-  }
-  ranges->resize(merged);
+  internal::SortAndMergeRanges(ranges);
 }
 
 // Upper bound on the non-empty tiles of a sequence, from the kv blocks its slices may touch.
