@@ -176,6 +176,14 @@ struct SimReport {
 Result<SimReport> SimulatePlan(const Plan& plan, const ClusterSpec& cluster,
                                const SimOptions& options = {});
 
+// A lower bound on SimulatePlan(plan, cluster)->total_s() for the cost of its checks, without the
+// replay: per pass, the longer of the busiest compute stream (the time of all a device's compute
+// instructions) and the busiest link (the bytes of the waited messages crossing one switch port or
+// network port, over its bandwidth). Lets a caller skip replaying a plan that cannot beat a time
+// it already has: MagiAttention's group-cast over 128x8 takes minutes to replay. Errors as
+// SimulatePlan's.
+Result<double> SimulationLowerBoundSeconds(const Plan& plan, const ClusterSpec& cluster);
+
 // The schedule of `placement` whose compiled plan `cluster` runs fastest (forward + backward)
 // among ScheduleDivisions' own choice, the counts 2, 4, 8, 12 and 16 (kMaxDivisions), and the two
 // counts next to the fastest of these, each compiled and simulated. That cost model sees only the

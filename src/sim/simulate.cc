@@ -71,6 +71,7 @@ struct LaunchState {
   int32_t flows = 0, flows_end = 0;  // of launch_flows_: flows with this device at an end
   int32_t pending = 0;               // of those, not finished
   bool launched = false;
+  bool waited = false;  // a CommWait of its device waits for it
 };
 
 struct FlowState {
@@ -156,6 +157,7 @@ class PassSimulator {
               "{}: instruction {}: CommWait {} has no earlier CommLaunch {}", Where(d), i, id, id));
         }
         launch_of_[d][i] = l;
+        launches_[d][l].waited = true;
       }
     }
     // One flow per sender's (launch, peer), matched against the receiver's launch.
@@ -215,6 +217,44 @@ class PassSimulator {
     }
     ListFlowsOfLaunches();
     return Status::Ok();
+  }
+
+  // What no replay of this pass can beat (REQUIRES: Prepare succeeded): every device runs its
+  // compute instructions one after another, and a waited flow has crossed its two resources
+  // before its waiting device goes on, at most at their capacities. The others may still move
+  // when the pass ends.
+  double LowerBoundSeconds() const {
+    double bound = 0;
+    for (const std::vector<double>& seconds : seconds_) {
+      double busy = 0;
+      for (double s : seconds) busy += s;
+      bound = std::max(bound, busy);
+    }
+    const int32_t nodes = plan_.topology.nodes;
+    // Bytes per resource, indexed as in Run.
+    std::vector<double> bytes(2 * static_cast<size_t>(devices_) + 2 * static_cast<size_t>(nodes));
+    for (const FlowState& flow : flows_) {
+      if (flow.source == flow.destination ||
+          !(launches_[flow.source][flow.source_launch].waited ||
+            launches_[flow.destination][flow.destination_launch].waited)) {
+        continue;
+      }
+      const auto b = static_cast<double>(flow.bytes);
+      if (flow.inter_node) {
+        bytes[2 * devices_ + NodeOf(flow.source)] += b;
+        bytes[2 * devices_ + nodes + NodeOf(flow.destination)] += b;
+      } else {
+        bytes[flow.source] += b;
+        bytes[devices_ + flow.destination] += b;
+      }
+    }
+    for (size_t r = 0; r < bytes.size(); ++r) {
+      const double capacity = r < 2 * static_cast<size_t>(devices_)
+                                  ? cluster_.intra_node.bytes_per_s
+                                  : cluster_.inter_node.bytes_per_s;
+      bound = std::max(bound, bytes[r] / capacity);
+    }
+    return bound;
   }
 
   Result<PassSimReport> Run() {
@@ -520,6 +560,20 @@ Result<SimReport> SimulatePlan(const Plan& plan, const ClusterSpec& cluster,
       sim::IdealSeconds(report.forward.total.attention_flops, report.backward.total.attention_flops,
                         plan.topology.devices(), cluster.device);
   return report;
+}
+
+Result<double> SimulationLowerBoundSeconds(const Plan& plan, const ClusterSpec& cluster) {
+  DCP_RETURN_IF_ERROR(cluster.Validate());
+  DCP_RETURN_IF_ERROR(sim::CheckPlan(plan, cluster));
+  // The sharing's rounding may let a resource carry a few ulps above its capacity.
+  constexpr double kRoundingMargin = 1 - 1e-9;
+  double bound = 0;
+  for (const Pass pass : {Pass::kForward, Pass::kBackward}) {
+    sim::PassSimulator simulator(plan, pass, cluster, /*trace=*/nullptr);
+    DCP_RETURN_IF_ERROR(simulator.Prepare());
+    bound += simulator.LowerBoundSeconds();
+  }
+  return bound * kRoundingMargin;
 }
 
 double SimReport::ComputeImbalance() const {

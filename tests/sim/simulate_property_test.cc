@@ -115,6 +115,64 @@ TEST(AttentionLowerBoundSeconds, NeverExceedsTheSimulatedTime) {
   EXPECT_GT(checked, 5 * static_cast<int>(testing::RandomCases(40)));  // most strategies run
 }
 
+// SimulationLowerBoundSeconds never exceeds the simulated time of any strategy's plan, and is at
+// least what the replay's own report shows no pass can beat: per pass, the busiest device's
+// compute, the bytes it sends inside its node over a switch port, and the bytes a node sends over
+// its network port (every message of a compiled plan is waited for).
+TEST(SimulationLowerBoundSeconds, LiesBetweenTheBusiestPortOrStreamAndTheSimulatedTime) {
+  int checked = 0;
+  for (uint64_t seed = 0; seed < testing::RandomCases(40); ++seed) {
+    const RandomPlanCase c = MakeCase(seed);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << ", topology " << c.topology.ToString()
+                                      << ", block " << c.block_size << ", mask " << c.mask);
+    const Batch batch = *c.MakeBatch();
+    ClusterSpec cluster = *ClusterPreset(seed % 2 == 0 ? "p4de" : "h100");
+    cluster.devices_per_node = c.topology.devices_per_node;
+    const auto check = [&](const Plan& plan) {
+      const Result<SimReport> report = SimulatePlan(plan, cluster);
+      ASSERT_TRUE(report.ok()) << report.status().ToString();
+      const Result<double> bound = SimulationLowerBoundSeconds(plan, cluster);
+      ASSERT_TRUE(bound.ok()) << bound.status().ToString();
+      double seen = 0;
+      for (const PassSimReport* pass : {&report->forward, &report->backward}) {
+        double busiest = 0;
+        std::vector<double> node_sends(c.topology.nodes, 0);
+        for (size_t d = 0; d < pass->devices.size(); ++d) {
+          const DeviceSimStats& s = pass->devices[d];
+          busiest = std::max(
+              {busiest, s.busy_s,
+               static_cast<double>(s.bytes_sent_intra_node) / cluster.intra_node.bytes_per_s});
+          node_sends[d / c.topology.devices_per_node] +=
+              static_cast<double>(s.bytes_sent_inter_node);
+        }
+        for (double bytes : node_sends) {
+          busiest = std::max(busiest, bytes / cluster.inter_node.bytes_per_s);
+        }
+        seen += busiest;
+      }
+      EXPECT_LE(*bound, report->total_s()) << plan.origin;
+      EXPECT_GE(*bound, seen * (1 - 1e-6)) << plan.origin;
+      ++checked;
+    };
+    const BlockSet blocks =
+        *MakeBlocks(batch, {.block_size = c.block_size, .head_groups = c.head_groups});
+    const Placement placement = PartitionBlocks(blocks, c.topology, {})->placement;
+    const Schedule schedule =
+        *ScheduleDivisions(blocks, placement, c.topology, {.divisions = c.divisions});
+    const Result<Plan> own = CompilePlan(batch, blocks, placement, schedule, c.topology);
+    ASSERT_TRUE(own.ok()) << own.status().ToString();
+    check(*own);
+    for (Strategy s : {Strategy::kRing, Strategy::kZigzag, Strategy::kTe, Strategy::kLoongTrain,
+                       Strategy::kFcp, Strategy::kMagi}) {
+      const BaselineOptions options{.topology = c.topology, .fcp_block_tokens = c.block_size};
+      Result<BaselinePlan> baseline = PlanBaseline(s, batch, options);
+      if (!baseline.ok()) continue;  // a layout this topology cannot hold
+      check(baseline->plan);
+    }
+  }
+  EXPECT_GT(checked, 5 * static_cast<int>(testing::RandomCases(40)));  // most strategies run
+}
+
 // The bound of a hand-sized case: one 2048-token sequence under a full mask in blocks of 1024, its
 // four 1024 x 1024 tiles on device 1 of 2, in two divisions. Each tile: 2^20 pairs x 64 dims x 4
 // heads, forward 4 and backward 10 FLOPs per pair and dim, at peak x pass efficiency x

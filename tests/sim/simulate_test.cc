@@ -156,6 +156,47 @@ TEST(SimulatePlan, InterNodeFlowsShareTheNodeNetworkButNotTheSwitch) {
   ExpectTimeAccountedFor(r);
 }
 
+// The bound of a hand-made plan on nodes {0, 1} and {2, 3}. Forward: the two 2e8-byte messages
+// of the test above leave node 0 through its network port (4e8 bytes at 1e8: 4 s); device 0's
+// 1e9 bytes to device 1 take its switch port 1 s; device 0 computes 0.5 s. Backward: device 2
+// copies for 3 s, and a 1e9-byte message from device 0 to device 2 that neither end waits for
+// does not hold the pass (it is still moving when the pass ends). The replay takes 4.2 + 3 s.
+TEST(SimulationLowerBoundSeconds, IsTheBusiestStreamOrWaitedLinkPerPass) {
+  Plan plan = EmptyPlan({.nodes = 2, .devices_per_node = 2});
+  Launch(Fwd(plan, 0), 0, {2}, {}, 200'000'000);
+  Launch(Fwd(plan, 0), 1, {1}, {}, 1'000'000'000);
+  CopySeconds(Fwd(plan, 0), 0.5);
+  Wait(Fwd(plan, 0), 0);
+  Wait(Fwd(plan, 0), 1);
+  Launch(Fwd(plan, 1), 1, {}, {0}, 1'000'000'000);
+  Wait(Fwd(plan, 1), 1);
+  Launch(Fwd(plan, 1), 0, {3}, {}, 200'000'000);
+  Wait(Fwd(plan, 1), 0);
+  Launch(Fwd(plan, 2), 0, {}, {0}, 200'000'000);
+  Wait(Fwd(plan, 2), 0);
+  Launch(Fwd(plan, 3), 0, {}, {1}, 200'000'000);
+  Wait(Fwd(plan, 3), 0);
+  Launch(plan.backward[0], 0, {2}, {}, 1'000'000'000);
+  Launch(plan.backward[2], 0, {}, {0}, 1'000'000'000);
+  CopySeconds(plan.backward[2], 3.0);
+  const SimReport r = MustSimulate(plan, SimpleCluster(2));
+  EXPECT_NEAR(r.forward.makespan_s, 4.2, kTolerance);
+  EXPECT_NEAR(r.backward.makespan_s, 3.0, kTolerance);
+  const Result<double> bound = SimulationLowerBoundSeconds(plan, SimpleCluster(2));
+  ASSERT_TRUE(bound.ok()) << bound.status().ToString();
+  EXPECT_NEAR(*bound, 4.0 + 3.0, 1e-8 * 7);  // it gives up 1e-9 of itself to rounding
+  EXPECT_LE(*bound, r.total_s());
+  // Waited by its receiver, the backward message holds the pass: 1e9 bytes at 1e8 is 10 s.
+  Wait(plan.backward[2], 0);
+  EXPECT_NEAR(*SimulationLowerBoundSeconds(plan, SimpleCluster(2)), 4.0 + 10.0, 1e-8 * 14);
+  // Errors as SimulatePlan's.
+  Wait(plan.backward[3], 9);
+  const Result<double> bad = SimulationLowerBoundSeconds(plan, SimpleCluster(2));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("CommWait 9"), std::string::npos)
+      << bad.status().ToString();
+}
+
 TEST(SimulatePlan, ComputeLongerThanTheTransferHidesItCompletely) {
   Plan plan = EmptyPlan({.nodes = 1, .devices_per_node = 2});
   Launch(Fwd(plan, 0), 0, {1}, {}, 500'000'000);  // done at 0.6
