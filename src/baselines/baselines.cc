@@ -287,14 +287,14 @@ namespace internal {
 
 int64_t PlanSize::Bytes() const {
   return devices * divisions * kBytesPerDeviceDivision + transfers * kBytesPerTransfer +
-         tiles * kBytesPerTile + data_blocks * kBytesPerDataBlock;
+         tiles * bytes_per_tile + data_blocks * kBytesPerDataBlock;
 }
 
 int64_t TilesWithin(const PlanSize& size, const BaselineOptions& options) {
   PlanSize rest = size;
   rest.tiles = 0;
-  return std::max<int64_t>(0, (PlanningMemoryLimit(options.max_planning_bytes) - rest.Bytes()) /
-                                  PlanSize::kBytesPerTile);
+  return std::max<int64_t>(
+      0, (PlanningMemoryLimit(options.max_planning_bytes) - rest.Bytes()) / size.bytes_per_tile);
 }
 
 namespace {
@@ -422,7 +422,9 @@ Status CompileBaseline(Strategy strategy, const Batch& batch, const BaselineOpti
        .divisions = laid_out->schedule.n_divisions,
        .transfers = static_cast<int64_t>(laid_out->schedule.transfers.size()),
        .tiles = static_cast<int64_t>(laid_out->blocks.compute_blocks.size()),
-       .data_blocks = static_cast<int64_t>(laid_out->blocks.data_blocks.size())},
+       .data_blocks = static_cast<int64_t>(laid_out->blocks.data_blocks.size()),
+       .bytes_per_tile = strategy == Strategy::kMagi ? internal::PlanSize::kMagiBytesPerTile
+                                                     : internal::PlanSize::kBytesPerTile},
       options));
   DCP_ASSIGN_OR_RETURN(laid_out->plan, CompilePlan(batch, laid_out->blocks, laid_out->placement,
                                                    laid_out->schedule, options.topology));

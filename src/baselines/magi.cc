@@ -107,8 +107,10 @@ Result<BaselinePlan> PlanMagi(const Batch& batch, const BaselineOptions& options
   const std::vector<int64_t> chunk_of = MakeChunkPieces(batch, chunk, &set);
   // Its data blocks, one division (the local stage; the remote ones may stay empty) and its tiles
   // as they are made; the stages and transfers are counted before the compile (CompileBaseline).
-  const PlanSize size{
-      .devices = p, .divisions = 1, .data_blocks = static_cast<int64_t>(set.data_blocks.size())};
+  const PlanSize size{.devices = p,
+                      .divisions = 1,
+                      .data_blocks = static_cast<int64_t>(set.data_blocks.size()),
+                      .bytes_per_tile = PlanSize::kMagiBytesPerTile};
   DCP_RETURN_IF_ERROR(CheckPlanSize(Strategy::kMagi, size, options));
   if (!AddTiles(batch, TilesWithin(size, options), &set)) {
     return TilesDoNotFit(Strategy::kMagi, size, options);

@@ -326,14 +326,17 @@ TEST(PlanBaseline, LoongTrainHopsInsideInnerRingsAndOnceAcrossThem) {
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
 }
 
-// What a finished plan is estimated to need to plan, from its own counts at the documented rates.
-int64_t PlanningBytes(const BaselinePlan& planned, const Topology& topology) {
-  return internal::PlanSize{
-      .devices = topology.devices(),
-      .divisions = planned.schedule.n_divisions,
-      .transfers = static_cast<int64_t>(planned.schedule.transfers.size()),
-      .tiles = static_cast<int64_t>(planned.blocks.compute_blocks.size()),
-      .data_blocks = static_cast<int64_t>(planned.blocks.data_blocks.size())}
+// What a finished plan is estimated to need to plan, from its own counts at the documented rates
+// (MagiAttention's tiles at their own).
+int64_t PlanningBytes(Strategy strategy, const BaselinePlan& planned, const Topology& topology) {
+  using internal::PlanSize;
+  return PlanSize{.devices = topology.devices(),
+                  .divisions = planned.schedule.n_divisions,
+                  .transfers = static_cast<int64_t>(planned.schedule.transfers.size()),
+                  .tiles = static_cast<int64_t>(planned.blocks.compute_blocks.size()),
+                  .data_blocks = static_cast<int64_t>(planned.blocks.data_blocks.size()),
+                  .bytes_per_tile = strategy == Strategy::kMagi ? PlanSize::kMagiBytesPerTile
+                                                                : PlanSize::kBytesPerTile}
       .Bytes();
 }
 
@@ -360,7 +363,7 @@ TEST(PlanBaseline, PlansWithinThePlanningMemoryItsPlanNeedsAndIsRefusedBelowIt) 
     const Batch batch = MakeBatch(lengths, mask, kShape);
     auto unlimited = PlanBaseline(strategy, batch, options);
     ASSERT_TRUE(unlimited.ok()) << unlimited.status().ToString();
-    const int64_t need = PlanningBytes(*unlimited, topology);
+    const int64_t need = PlanningBytes(strategy, *unlimited, topology);
 
     options.max_planning_bytes = need;
     auto within = PlanBaseline(strategy, batch, options);
