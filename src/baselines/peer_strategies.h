@@ -28,7 +28,7 @@ struct PlanSize {
   // MagiAttention's tiles, compiled into one call per stage, hold a quarter of that: fitted to
   // `dcp simulate --strategy magi` of one causal sequence of 1M tokens on 32x8 (2.1M tiles, 0.40
   // GB) and on 64x8 (8.4M, 1.56 GB) above the rest of the estimate; a 2M-token one on 128x8 (33.6M
-  // tiles), left out, is predicted at 6.25 GB and measured 6.2 GB (the ring's rate said 16.3 GiB).
+  // tiles), left out, is predicted at 6.23 GB and measured 6.2 GB (the ring's rate said 16.3 GiB).
   static constexpr int64_t kMagiBytesPerTile = 115;
   int64_t bytes_per_tile = kBytesPerTile;  // kMagiBytesPerTile for MagiAttention's
   int64_t Bytes() const;
