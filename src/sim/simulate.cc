@@ -230,43 +230,24 @@ class PassSimulator {
       for (double s : seconds) busy += s;
       bound = std::max(bound, busy);
     }
-    const int32_t nodes = plan_.topology.nodes;
-    // Bytes per resource, indexed as in Run.
-    std::vector<double> bytes(2 * static_cast<size_t>(devices_) + 2 * static_cast<size_t>(nodes));
+    const std::vector<double> capacities = Capacities();
+    std::vector<double> bytes(capacities.size(), 0);
     for (const FlowState& flow : flows_) {
       if (flow.source == flow.destination ||
           !(launches_[flow.source][flow.source_launch].waited ||
             launches_[flow.destination][flow.destination_launch].waited)) {
         continue;
       }
-      const auto b = static_cast<double>(flow.bytes);
-      if (flow.inter_node) {
-        bytes[2 * devices_ + NodeOf(flow.source)] += b;
-        bytes[2 * devices_ + nodes + NodeOf(flow.destination)] += b;
-      } else {
-        bytes[flow.source] += b;
-        bytes[devices_ + flow.destination] += b;
-      }
+      const auto [a, b] = ResourcesOf(flow);
+      bytes[a] += static_cast<double>(flow.bytes);
+      bytes[b] += static_cast<double>(flow.bytes);
     }
-    for (size_t r = 0; r < bytes.size(); ++r) {
-      const double capacity = r < 2 * static_cast<size_t>(devices_)
-                                  ? cluster_.intra_node.bytes_per_s
-                                  : cluster_.inter_node.bytes_per_s;
-      bound = std::max(bound, bytes[r] / capacity);
-    }
+    for (size_t r = 0; r < bytes.size(); ++r) bound = std::max(bound, bytes[r] / capacities[r]);
     return bound;
   }
 
   Result<PassSimReport> Run() {
-    const int32_t nodes = plan_.topology.nodes;
-    // Resources: switch egress and ingress of every device, network egress and ingress of every
-    // node.
-    std::vector<double> capacities;
-    capacities.insert(capacities.end(), 2 * static_cast<size_t>(devices_),
-                      cluster_.intra_node.bytes_per_s);
-    capacities.insert(capacities.end(), 2 * static_cast<size_t>(nodes),
-                      cluster_.inter_node.bytes_per_s);
-    FlowNetwork network(std::move(capacities));
+    FlowNetwork network(Capacities());
     state_.assign(devices_, DeviceState{});
     for (int32_t d = 0; d < devices_; ++d) streams_.emplace(0.0, d);
 
@@ -291,10 +272,7 @@ class PassSimulator {
           if (flow.bytes == 0 || flow.source == flow.destination) {
             Finish(f, t);  // nothing crosses a link
           } else {
-            const int32_t n = devices_;
-            const int32_t a = flow.inter_node ? 2 * n + NodeOf(flow.source) : flow.source;
-            const int32_t b =
-                flow.inter_node ? 2 * n + nodes + NodeOf(flow.destination) : n + flow.destination;
+            const auto [a, b] = ResourcesOf(flow);
             network.Add(f, static_cast<double>(flow.bytes), a, b);
             changed = true;
           }
@@ -333,6 +311,24 @@ class PassSimulator {
 
  private:
   int32_t NodeOf(int32_t device) const { return device / plan_.topology.devices_per_node; }
+
+  // The link resources, by index: switch egress and ingress of every device, then network egress
+  // and ingress of every node; their bytes per second.
+  std::vector<double> Capacities() const {
+    std::vector<double> capacities(2 * static_cast<size_t>(devices_),
+                                   cluster_.intra_node.bytes_per_s);
+    capacities.insert(capacities.end(), 2 * static_cast<size_t>(plan_.topology.nodes),
+                      cluster_.inter_node.bytes_per_s);
+    return capacities;
+  }
+
+  // The two resources a flow between two devices crosses: the switch's inside a node, the
+  // network's between nodes.
+  std::pair<int32_t, int32_t> ResourcesOf(const FlowState& flow) const {
+    const int32_t n = devices_, nodes = plan_.topology.nodes;
+    if (!flow.inter_node) return {flow.source, n + flow.destination};
+    return {2 * n + NodeOf(flow.source), 2 * n + nodes + NodeOf(flow.destination)};
+  }
 
   // The index of device d's launch with this id, or -1.
   static int32_t Find(int32_t d, int32_t id,
