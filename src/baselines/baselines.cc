@@ -423,8 +423,7 @@ Status CompileBaseline(Strategy strategy, const Batch& batch, const BaselineOpti
        .transfers = static_cast<int64_t>(laid_out->schedule.transfers.size()),
        .tiles = static_cast<int64_t>(laid_out->blocks.compute_blocks.size()),
        .data_blocks = static_cast<int64_t>(laid_out->blocks.data_blocks.size()),
-       .bytes_per_tile = strategy == Strategy::kMagi ? internal::PlanSize::kMagiBytesPerTile
-                                                     : internal::PlanSize::kBytesPerTile},
+       .bytes_per_tile = internal::PlanSize::BytesPerTile(strategy)},
       options));
   DCP_ASSIGN_OR_RETURN(laid_out->plan, CompilePlan(batch, laid_out->blocks, laid_out->placement,
                                                    laid_out->schedule, options.topology));

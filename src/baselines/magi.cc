@@ -110,7 +110,7 @@ Result<BaselinePlan> PlanMagi(const Batch& batch, const BaselineOptions& options
   const PlanSize size{.devices = p,
                       .divisions = 1,
                       .data_blocks = static_cast<int64_t>(set.data_blocks.size()),
-                      .bytes_per_tile = PlanSize::kMagiBytesPerTile};
+                      .bytes_per_tile = PlanSize::BytesPerTile(Strategy::kMagi)};
   DCP_RETURN_IF_ERROR(CheckPlanSize(Strategy::kMagi, size, options));
   if (!AddTiles(batch, TilesWithin(size, options), &set)) {
     return TilesDoNotFit(Strategy::kMagi, size, options);

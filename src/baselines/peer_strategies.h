@@ -30,8 +30,12 @@ struct PlanSize {
   // GB) and on 64x8 (8.4M, 1.56 GB) above the rest of the estimate; a 2M-token one on 128x8 (33.6M
   // tiles), left out, is predicted at 6.23 GB and measured 6.2 GB (the ring's rate said 16.3 GiB).
   static constexpr int64_t kMagiBytesPerTile = 115;
-  int64_t bytes_per_tile = kBytesPerTile;  // kMagiBytesPerTile for MagiAttention's
+  int64_t bytes_per_tile = kBytesPerTile;  // BytesPerTile(strategy)
   int64_t Bytes() const;
+
+  static int64_t BytesPerTile(Strategy strategy) {
+    return strategy == Strategy::kMagi ? kMagiBytesPerTile : kBytesPerTile;
+  }
 };
 
 // The tiles that fit within the planning memory of `options` beside the rest of `size` (whose

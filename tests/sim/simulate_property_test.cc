@@ -73,45 +73,57 @@ TEST(SimulatePlan, InvariantsHoldOnRandomPlans) {
   }
 }
 
-// AttentionLowerBoundSeconds never exceeds the simulated time of a plan compiled from the same
-// placement and schedule, whatever the strategy (dcp's own, the static layouts, FCP,
-// MagiAttention), mask, block size, head groups, divisions and cluster: the tuning skips a
-// candidate on it.
-TEST(AttentionLowerBoundSeconds, NeverExceedsTheSimulatedTime) {
+// Calls check(c, cluster, blocks, placement, schedule, plan) on `cases` random cases, for dcp's own
+// plan and each other strategy's (ring, zigzag, TE, LoongTrain, FCP, MagiAttention) whose layout
+// the case's topology holds, on p4de or h100 by turns; returns how many plans it checked.
+template <typename Check>
+int CheckEveryStrategysPlan(uint64_t cases, const Check& check) {
   int checked = 0;
-  for (uint64_t seed = 0; seed < testing::RandomCases(40); ++seed) {
+  for (uint64_t seed = 0; seed < cases; ++seed) {
     const RandomPlanCase c = MakeCase(seed);
     SCOPED_TRACE(::testing::Message() << "seed " << seed << ", topology " << c.topology.ToString()
                                       << ", block " << c.block_size << ", mask " << c.mask);
     const Batch batch = *c.MakeBatch();
     ClusterSpec cluster = *ClusterPreset(seed % 2 == 0 ? "p4de" : "h100");
     cluster.devices_per_node = c.topology.devices_per_node;
-    const auto check = [&](const BlockSet& blocks, const Placement& placement,
-                           const Schedule& schedule, const Plan& plan) {
-      const double bound = AttentionLowerBoundSeconds(blocks, placement, schedule,
-                                                      c.topology.devices(), cluster.device);
-      const Result<SimReport> report = SimulatePlan(plan, cluster);
-      ASSERT_TRUE(report.ok()) << report.status().ToString();
-      EXPECT_LE(bound, report->total_s()) << plan.origin;
-      EXPECT_EQ(bound > 0, !blocks.compute_blocks.empty()) << plan.origin;
-      ++checked;
-    };
     const BlockSet blocks =
         *MakeBlocks(batch, {.block_size = c.block_size, .head_groups = c.head_groups});
     const Placement placement = PartitionBlocks(blocks, c.topology, {})->placement;
     const Schedule schedule =
         *ScheduleDivisions(blocks, placement, c.topology, {.divisions = c.divisions});
     const Result<Plan> own = CompilePlan(batch, blocks, placement, schedule, c.topology);
-    ASSERT_TRUE(own.ok()) << own.status().ToString();
-    check(blocks, placement, schedule, *own);
+    EXPECT_TRUE(own.ok()) << own.status().ToString();
+    if (!own.ok()) continue;
+    check(c, cluster, blocks, placement, schedule, *own);
+    ++checked;
     for (Strategy s : {Strategy::kRing, Strategy::kZigzag, Strategy::kTe, Strategy::kLoongTrain,
                        Strategy::kFcp, Strategy::kMagi}) {
       const BaselineOptions options{.topology = c.topology, .fcp_block_tokens = c.block_size};
       Result<BaselinePlan> baseline = PlanBaseline(s, batch, options);
       if (!baseline.ok()) continue;  // a layout this topology cannot hold
-      check(baseline->blocks, baseline->placement, baseline->schedule, baseline->plan);
+      check(c, cluster, baseline->blocks, baseline->placement, baseline->schedule, baseline->plan);
+      ++checked;
     }
   }
+  return checked;
+}
+
+// AttentionLowerBoundSeconds never exceeds the simulated time of a plan compiled from the same
+// placement and schedule, whatever the strategy (dcp's own, the static layouts, FCP,
+// MagiAttention), mask, block size, head groups, divisions and cluster: the tuning skips a
+// candidate on it.
+TEST(AttentionLowerBoundSeconds, NeverExceedsTheSimulatedTime) {
+  const int checked = CheckEveryStrategysPlan(
+      testing::RandomCases(40),
+      [](const RandomPlanCase& c, const ClusterSpec& cluster, const BlockSet& blocks,
+         const Placement& placement, const Schedule& schedule, const Plan& plan) {
+        const double bound = AttentionLowerBoundSeconds(blocks, placement, schedule,
+                                                        c.topology.devices(), cluster.device);
+        const Result<SimReport> report = SimulatePlan(plan, cluster);
+        ASSERT_TRUE(report.ok()) << report.status().ToString();
+        EXPECT_LE(bound, report->total_s()) << plan.origin;
+        EXPECT_EQ(bound > 0, !blocks.compute_blocks.empty()) << plan.origin;
+      });
   EXPECT_GT(checked, 5 * static_cast<int>(testing::RandomCases(40)));  // most strategies run
 }
 
@@ -120,56 +132,34 @@ TEST(AttentionLowerBoundSeconds, NeverExceedsTheSimulatedTime) {
 // compute, the bytes it sends inside its node over a switch port, and the bytes a node sends over
 // its network port (every message of a compiled plan is waited for).
 TEST(SimulationLowerBoundSeconds, LiesBetweenTheBusiestPortOrStreamAndTheSimulatedTime) {
-  int checked = 0;
-  for (uint64_t seed = 0; seed < testing::RandomCases(40); ++seed) {
-    const RandomPlanCase c = MakeCase(seed);
-    SCOPED_TRACE(::testing::Message() << "seed " << seed << ", topology " << c.topology.ToString()
-                                      << ", block " << c.block_size << ", mask " << c.mask);
-    const Batch batch = *c.MakeBatch();
-    ClusterSpec cluster = *ClusterPreset(seed % 2 == 0 ? "p4de" : "h100");
-    cluster.devices_per_node = c.topology.devices_per_node;
-    const auto check = [&](const Plan& plan) {
-      const Result<SimReport> report = SimulatePlan(plan, cluster);
-      ASSERT_TRUE(report.ok()) << report.status().ToString();
-      const Result<double> bound = SimulationLowerBoundSeconds(plan, cluster);
-      ASSERT_TRUE(bound.ok()) << bound.status().ToString();
-      double seen = 0;
-      for (const PassSimReport* pass : {&report->forward, &report->backward}) {
-        double busiest = 0;
-        std::vector<double> node_sends(c.topology.nodes, 0);
-        for (size_t d = 0; d < pass->devices.size(); ++d) {
-          const DeviceSimStats& s = pass->devices[d];
-          busiest = std::max(
-              {busiest, s.busy_s,
-               static_cast<double>(s.bytes_sent_intra_node) / cluster.intra_node.bytes_per_s});
-          node_sends[d / c.topology.devices_per_node] +=
-              static_cast<double>(s.bytes_sent_inter_node);
+  const int checked = CheckEveryStrategysPlan(
+      testing::RandomCases(40),
+      [](const RandomPlanCase& c, const ClusterSpec& cluster, const BlockSet&, const Placement&,
+         const Schedule&, const Plan& plan) {
+        const Result<SimReport> report = SimulatePlan(plan, cluster);
+        ASSERT_TRUE(report.ok()) << report.status().ToString();
+        const Result<double> bound = SimulationLowerBoundSeconds(plan, cluster);
+        ASSERT_TRUE(bound.ok()) << bound.status().ToString();
+        double seen = 0;
+        for (const PassSimReport* pass : {&report->forward, &report->backward}) {
+          double busiest = 0;
+          std::vector<double> node_sends(c.topology.nodes, 0);
+          for (size_t d = 0; d < pass->devices.size(); ++d) {
+            const DeviceSimStats& s = pass->devices[d];
+            busiest = std::max(
+                {busiest, s.busy_s,
+                 static_cast<double>(s.bytes_sent_intra_node) / cluster.intra_node.bytes_per_s});
+            node_sends[d / c.topology.devices_per_node] +=
+                static_cast<double>(s.bytes_sent_inter_node);
+          }
+          for (double bytes : node_sends) {
+            busiest = std::max(busiest, bytes / cluster.inter_node.bytes_per_s);
+          }
+          seen += busiest;
         }
-        for (double bytes : node_sends) {
-          busiest = std::max(busiest, bytes / cluster.inter_node.bytes_per_s);
-        }
-        seen += busiest;
-      }
-      EXPECT_LE(*bound, report->total_s()) << plan.origin;
-      EXPECT_GE(*bound, seen * (1 - 1e-6)) << plan.origin;
-      ++checked;
-    };
-    const BlockSet blocks =
-        *MakeBlocks(batch, {.block_size = c.block_size, .head_groups = c.head_groups});
-    const Placement placement = PartitionBlocks(blocks, c.topology, {})->placement;
-    const Schedule schedule =
-        *ScheduleDivisions(blocks, placement, c.topology, {.divisions = c.divisions});
-    const Result<Plan> own = CompilePlan(batch, blocks, placement, schedule, c.topology);
-    ASSERT_TRUE(own.ok()) << own.status().ToString();
-    check(*own);
-    for (Strategy s : {Strategy::kRing, Strategy::kZigzag, Strategy::kTe, Strategy::kLoongTrain,
-                       Strategy::kFcp, Strategy::kMagi}) {
-      const BaselineOptions options{.topology = c.topology, .fcp_block_tokens = c.block_size};
-      Result<BaselinePlan> baseline = PlanBaseline(s, batch, options);
-      if (!baseline.ok()) continue;  // a layout this topology cannot hold
-      check(baseline->plan);
-    }
-  }
+        EXPECT_LE(*bound, report->total_s()) << plan.origin;
+        EXPECT_GE(*bound, seen * (1 - 1e-6)) << plan.origin;
+      });
   EXPECT_GT(checked, 5 * static_cast<int>(testing::RandomCases(40)));  // most strategies run
 }
 

@@ -125,12 +125,9 @@ TEST(SimulatePlan, AFlowStartingLaterSharesOnlyWhileBothRun) {
   ExpectTimeAccountedFor(r);
 }
 
-TEST(SimulatePlan, InterNodeFlowsShareTheNodeNetworkButNotTheSwitch) {
-  // Nodes {0, 1} and {2, 3}. At 0, device 0 sends 2e8 bytes to device 2 (network) and 1e9 bytes
-  // to device 1 (switch). The switch flow runs at 1e9 from 0.1 to 1.1: it does not touch the
-  // network. Device 1 then sends 2e8 bytes to device 3; it starts at 1.3, when 0 -> 2 (alone at
-  // 1e8 since 0.2) has 0.9e8 left. Both share node 0's egress at 5e7: 0 -> 2 ends at
-  // 1.3 + 0.9e8 / 5e7 = 3.1, and 1 -> 3, with 1.1e8 left, at 3.1 + 1.1 = 4.2.
+// Nodes {0, 1} and {2, 3}; forward: device 0 sends 2e8 bytes to device 2 and 1e9 bytes to device
+// 1, which then sends 2e8 bytes to device 3; each end waits for its messages.
+Plan SwitchAndNetworkFlows() {
   Plan plan = EmptyPlan({.nodes = 2, .devices_per_node = 2});
   Launch(Fwd(plan, 0), 0, {2}, {}, 200'000'000);
   Launch(Fwd(plan, 0), 1, {1}, {}, 1'000'000'000);
@@ -144,6 +141,16 @@ TEST(SimulatePlan, InterNodeFlowsShareTheNodeNetworkButNotTheSwitch) {
   Wait(Fwd(plan, 2), 0);
   Launch(Fwd(plan, 3), 0, {}, {1}, 200'000'000);
   Wait(Fwd(plan, 3), 0);
+  return plan;
+}
+
+TEST(SimulatePlan, InterNodeFlowsShareTheNodeNetworkButNotTheSwitch) {
+  // Nodes {0, 1} and {2, 3}. At 0, device 0 sends 2e8 bytes to device 2 (network) and 1e9 bytes
+  // to device 1 (switch). The switch flow runs at 1e9 from 0.1 to 1.1: it does not touch the
+  // network. Device 1 then sends 2e8 bytes to device 3; it starts at 1.3, when 0 -> 2 (alone at
+  // 1e8 since 0.2) has 0.9e8 left. Both share node 0's egress at 5e7: 0 -> 2 ends at
+  // 1.3 + 0.9e8 / 5e7 = 3.1, and 1 -> 3, with 1.1e8 left, at 3.1 + 1.1 = 4.2.
+  const Plan plan = SwitchAndNetworkFlows();
   const SimReport r = MustSimulate(plan, SimpleCluster(2));
   const PassSimReport& f = r.forward;
   EXPECT_NEAR(f.devices[0].exposed_comm_s, 3.1, kTolerance);
@@ -156,26 +163,14 @@ TEST(SimulatePlan, InterNodeFlowsShareTheNodeNetworkButNotTheSwitch) {
   ExpectTimeAccountedFor(r);
 }
 
-// The bound of a hand-made plan on nodes {0, 1} and {2, 3}. Forward: the two 2e8-byte messages
-// of the test above leave node 0 through its network port (4e8 bytes at 1e8: 4 s); device 0's
-// 1e9 bytes to device 1 take its switch port 1 s; device 0 computes 0.5 s. Backward: device 2
+// The bound of SwitchAndNetworkFlows, with compute and a backward pass added. Forward: the two
+// 2e8-byte messages leave node 0 through its network port (4e8 bytes at 1e8: 4 s); device 0's 1e9
+// bytes to device 1 take its switch port 1 s; device 0 computes 0.5 s. Backward: device 2
 // copies for 3 s, and a 1e9-byte message from device 0 to device 2 that neither end waits for
 // does not hold the pass (it is still moving when the pass ends). The replay takes 4.2 + 3 s.
 TEST(SimulationLowerBoundSeconds, IsTheBusiestStreamOrWaitedLinkPerPass) {
-  Plan plan = EmptyPlan({.nodes = 2, .devices_per_node = 2});
-  Launch(Fwd(plan, 0), 0, {2}, {}, 200'000'000);
-  Launch(Fwd(plan, 0), 1, {1}, {}, 1'000'000'000);
-  CopySeconds(Fwd(plan, 0), 0.5);
-  Wait(Fwd(plan, 0), 0);
-  Wait(Fwd(plan, 0), 1);
-  Launch(Fwd(plan, 1), 1, {}, {0}, 1'000'000'000);
-  Wait(Fwd(plan, 1), 1);
-  Launch(Fwd(plan, 1), 0, {3}, {}, 200'000'000);
-  Wait(Fwd(plan, 1), 0);
-  Launch(Fwd(plan, 2), 0, {}, {0}, 200'000'000);
-  Wait(Fwd(plan, 2), 0);
-  Launch(Fwd(plan, 3), 0, {}, {1}, 200'000'000);
-  Wait(Fwd(plan, 3), 0);
+  Plan plan = SwitchAndNetworkFlows();
+  CopySeconds(Fwd(plan, 0), 0.5);  // after its waits: it ends at 3.1 + 0.5, before device 1
   Launch(plan.backward[0], 0, {2}, {}, 1'000'000'000);
   Launch(plan.backward[2], 0, {}, {0}, 1'000'000'000);
   CopySeconds(plan.backward[2], 3.0);
