@@ -38,6 +38,7 @@
 #include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "dcp/plan.h"
 #include "plan/program_builder.h"
@@ -276,8 +277,12 @@ class Compiler {
     // table rather than an ordered map: a map node per result was a twelfth of the compile.
     std::vector<SlotId> accumulator;
     std::vector<Key> accumulated;
-    std::map<Key, std::vector<SlotId>> carried;    // backward: partial dKV received from a ring hop
-    std::map<Key, std::vector<Partial>> returned;  // partials of owned pieces returned early
+    // Backward: partials carried here (from a ring hop or a node-mate) in the launch being
+    // built; summed into the device's own partial once that launch is waited for (FoldArrived).
+    std::vector<std::pair<Key, SlotId>> arrived;
+    // Partials of owned pieces returned early and not yet summed into the device's own
+    // (FoldArrived), in arrival order.
+    std::map<Key, std::vector<Partial>> returned;
   };
   // A partial result moving to another device in the A launch made at `division` (so
   // A(division + 1)): a ring hop of partial dKV, or an early return to the owner.
@@ -430,7 +435,13 @@ class Compiler {
     return at_last(returns_[static_cast<int>(pass)]) ||
            (pass == Pass::kBackward && at_last(carries_));
   }
-  SlotId MergeCarried(State& st, BlockwiseReduction& sums, const Key& key) const;
+  // The device's partial of `key` (its own tiles' and those carried to it), which leaves the
+  // device: -1 when it has none.
+  SlotId TakePartial(State& st, const Key& key) const {
+    SlotId& slot = Accumulator(st, key);
+    return std::exchange(slot, -1);
+  }
+  void FoldArrived(State& st, Pass pass) const;
   void AddInputs(State& st, DeviceId device, Pass pass) const;
   void Exchange(State& st, DeviceId device, Pass pass, int32_t division, int32_t phase) const;
   void Compute(State& st, DeviceId device, Pass pass, int32_t division) const;
@@ -537,11 +548,16 @@ void Compiler::PlanNodeSums(const std::vector<LastTile>& last_backward) {
     if (node == topology_.NodeOf(DeviceId{Owner(DataBlockId{key.block})})) continue;
     groups[{key, node}].push_back({division, device});
   }
+  // Partials each device aggregates so far. Among the contributors whose last tile comes latest
+  // (often all of them, in the last division), the one aggregating fewest is chosen, the lowest
+  // device among equals: the lowest alone took 288 partials (2.4 GB) of 52 pieces from its
+  // node-mates on a 4M-token plan on 32x8, while the others took none.
+  std::vector<int64_t> aggregated(topology_.devices(), 0);
   for (const auto& [where, contributors] : groups) {
-    // The aggregator: the latest last tile, the lowest device among equals.
     const auto [latest, aggregator] = *std::max_element(
-        contributors.begin(), contributors.end(), [](const auto& a, const auto& b) {
-          return a.first < b.first || (a.first == b.first && a.second > b.second);
+        contributors.begin(), contributors.end(), [&](const auto& a, const auto& b) {
+          return std::tuple{a.first, -aggregated[a.second], -a.second} <
+                 std::tuple{b.first, -aggregated[b.second], -b.second};
         });
     for (const auto& [division, device] : contributors) {
       if (device == aggregator) continue;
@@ -549,7 +565,10 @@ void Compiler::PlanNodeSums(const std::vector<LastTile>& last_backward) {
         carries_.push_back({division + 1, device, aggregator, where.first});
       } else if (division == last) {
         last_sums_.push_back({division, device, aggregator, where.first});
+      } else {
+        continue;
       }
+      ++aggregated[aggregator];
     }
   }
   std::sort(carries_.begin(), carries_.end());
@@ -619,21 +638,60 @@ void Compiler::PlanCarries() {
   std::sort(carries_.begin(), carries_.end());
 }
 
-// One slot with the sum of this device's partial of `key` and the partials carried to it, adding
-// the sum to `sums` when there is more than one; -1 when it has none.
-SlotId Compiler::MergeCarried(State& st, BlockwiseReduction& sums, const Key& key) const {
-  std::vector<SlotId> parts;
-  if (SlotId& own = Accumulator(st, key); own >= 0) {
-    parts.push_back(own);
-    own = -1;
+// Sums the partials that arrived in the launch just waited for into the device's own, so that
+// each is freed at once. Summed at the end instead, an aggregator held every partial its
+// node-mates carried to it until then (288 fp32 dQ partials, 2.4 GB, on one device of a
+// 4M-token plan on 32x8), and an owner every partial returned to it. A carried partial (fp32)
+// becomes the device's own when it has none yet (its tiles may come later); returned ones (in the
+// storage dtype) get a new fp32 accumulator once two are waiting, and one alone waits.
+void Compiler::FoldArrived(State& st, Pass pass) const {
+  BlockwiseReduction sums{
+      .kind = pass == Pass::kForward ? ReductionKind::kLseMerge : ReductionKind::kSum, .ops = {}};
+  for (auto it = st.returned.begin(); it != st.returned.end();) {
+    const Key key = it->first;
+    const std::vector<Partial>& partials = it->second;
+    const Key lse_key{key.block, key.head_group, TensorKind::kLse};
+    const bool merge = key.kind == TensorKind::kO;
+    ReductionOp op;
+    if (const SlotId own = Accumulator(st, key); own >= 0) {
+      op.destination = own;
+      op.sources.push_back(own);
+      if (merge) op.lse_destination = Accumulated(st, lse_key);
+      if (merge) op.lse_sources.push_back(op.lse_destination);
+    } else if (partials.size() >= 2) {
+      op.destination = st.builder.NewBuffer(types_.Of(key.kind, /*accumulator=*/true));
+      Accumulate(st, key, op.destination);
+      if (merge) {
+        op.lse_destination = st.builder.NewBuffer(types_.Of(TensorKind::kLse));
+        Accumulate(st, lse_key, op.lse_destination);
+      }
+    } else {
+      ++it;
+      continue;
+    }
+    for (const Partial& p : partials) {
+      op.sources.push_back(p.value);
+      if (merge) op.lse_sources.push_back(p.lse);
+    }
+    sums.ops.push_back(std::move(op));
+    it = st.returned.erase(it);
   }
-  if (auto it = st.carried.find(key); it != st.carried.end()) {
-    parts.insert(parts.end(), it->second.begin(), it->second.end());
-    st.carried.erase(it);
+  std::stable_sort(st.arrived.begin(), st.arrived.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto it = st.arrived.begin(); it != st.arrived.end();) {
+    const Key key = it->first;
+    SlotId& own = Accumulator(st, key);
+    ReductionOp op;
+    if (own >= 0) op.sources.push_back(own);
+    for (; it != st.arrived.end() && it->first == key; ++it) op.sources.push_back(it->second);
+    if (own < 0) Accumulate(st, key, op.sources[0]);
+    if (op.sources.size() > 1) {
+      op.destination = op.sources[0];
+      sums.ops.push_back(std::move(op));
+    }
   }
-  if (parts.empty()) return -1;
-  if (parts.size() > 1) sums.ops.push_back(ReductionOp{.destination = parts[0], .sources = parts});
-  return parts[0];
+  st.arrived.clear();
+  if (!sums.ops.empty()) st.builder.Emit(std::move(sums));
 }
 
 void Compiler::AddInputs(State& st, DeviceId device, Pass pass) const {
@@ -684,39 +742,36 @@ void Compiler::Exchange(State& st, DeviceId device, Pass pass, int32_t division,
     }
   }
   if (pass == Pass::kBackward) {
-    BlockwiseReduction sums{.kind = ReductionKind::kSum, .ops = {}};
     for (const Carry& c :
          CarriesAt(phase == 0 ? carries_of_ : last_sums_of_, device.value, division - 1)) {
       const SlotInfo partial = types_.Of(c.key.kind, /*accumulator=*/true);
       if (c.from == device.value) {
-        const SlotId slot = MergeCarried(st, sums, c.key);
+        const SlotId slot = TakePartial(st, c.key);
         DCP_CHECK(slot >= 0, "carry of block {} from device {} has no partial", c.key.block,
                   c.from);
         AddEntry(sends, c.to, slot, partial, c.key.block);
       } else if (c.to == device.value) {
         const SlotId slot = st.builder.NewBuffer(partial);
         AddEntry(recvs, c.from, slot, partial, c.key.block);
-        st.carried[c.key].push_back(slot);
+        st.arrived.push_back({c.key, slot});
       }
     }
-    if (!sums.ops.empty()) st.builder.Emit(std::move(sums));
   }
   if (phase == 0) SendReturns(st, device, pass, division - 1, sends, recvs);
   EmitLaunch(st, std::move(launch), sends, recvs);
 }
 
 // The early returns launched at `launch_division`: partials converted to the storage dtype go to
-// their owners (O with its fp32 LSE), who keep them for the final reduction.
+// their owners (O with its fp32 LSE), who sum them into their own (FoldArrived).
 void Compiler::SendReturns(State& st, DeviceId device, Pass pass, int32_t launch_division,
                            PeerLists& sends, PeerLists& recvs) const {
-  BlockwiseReduction sums{.kind = ReductionKind::kSum, .ops = {}};
   BlockwiseCopy convert;
   for (const Carry& r :
        CarriesAt(returns_of_[static_cast<int>(pass)], device.value, launch_division)) {
     const Key lse_key{r.key.block, r.key.head_group, TensorKind::kLse};
     if (r.from == device.value) {
       const SlotId packed = st.builder.NewBuffer(types_.Of(r.key.kind));
-      convert.ops.emplace_back(MergeCarried(st, sums, r.key), packed);
+      convert.ops.emplace_back(TakePartial(st, r.key), packed);
       AddEntry(sends, r.to, packed, types_.Of(r.key.kind), r.key.block);
       if (r.key.kind == TensorKind::kO) {
         AddEntry(sends, r.to, Accumulated(st, lse_key), types_.Of(TensorKind::kLse), r.key.block);
@@ -732,7 +787,6 @@ void Compiler::SendReturns(State& st, DeviceId device, Pass pass, int32_t launch
       st.returned[r.key].push_back(p);
     }
   }
-  if (!sums.ops.empty()) st.builder.Emit(std::move(sums));
   if (!convert.ops.empty()) st.builder.Emit(std::move(convert));
 }
 
@@ -866,12 +920,6 @@ void Compiler::ReduceOutputs(State& st, DeviceId device, Pass pass) const {
   const std::span<const TensorKind> results =
       pass == Pass::kForward ? std::span<const TensorKind>(kForwardResults) : kBackwardResults;
   const auto owner_of = [&](const Key& key) { return Owner(DataBlockId{key.block}); };
-  BlockwiseReduction sums{.kind = ReductionKind::kSum, .ops = {}};
-  while (!st.carried.empty()) {
-    const Key key = st.carried.begin()->first;
-    Accumulate(st, key, MergeCarried(st, sums, key));
-  }
-  if (!sums.ops.empty()) st.builder.Emit(std::move(sums));
   BlockwiseCopy convert;
   PeerLists sends(&st.sends), recvs(&st.recvs);
   for (const Key& key : AccumulatedKeys(st)) {
@@ -954,12 +1002,16 @@ Program Compiler::Build(DeviceId device, Pass pass, PeerTables* tables) const {
     const bool launch_a = t + 1 < n || last_launches;
     if (launch_a) Exchange(st, device, pass, t + 1, 0);
     Compute(st, device, pass, t);
-    if (launch_a) st.builder.Emit(CommWait{.id = LaunchA(t + 1)});
+    if (launch_a) {
+      st.builder.Emit(CommWait{.id = LaunchA(t + 1)});
+      FoldArrived(st, pass);
+    }
     if (t + 1 < n) Exchange(st, device, pass, t + 1, 1);
   }
   if (pass == Pass::kBackward && SumsAfterLastDivision()) {
     Exchange(st, device, pass, n, 1);
     st.builder.Emit(CommWait{.id = LaunchB(n)});
+    FoldArrived(st, pass);
   }
   ReduceOutputs(st, device, pass);
   return st.builder.Finish();

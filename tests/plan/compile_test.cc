@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <set>
 #include <tuple>
 #include <variant>
@@ -258,6 +259,128 @@ TEST(CompilePlan, SumsPartialResultsInsideANodeBeforeTheyCrossTheNetwork) {
     saved += without - with;
   }
   EXPECT_GT(saved, 0);
+}
+
+// Partials received during the pass (early returns to an owner, carries to a node's aggregator
+// or a ring's next hop) are summed as they arrive, not held to the end: once the instruction after
+// their launch's wait has run, a device holds at most one partial it has not read yet per piece
+// and result kind it owns or computes (a lone return waiting for a second, a lone carry that is
+// now its own). Summed only at the end, an aggregator of a 4M-token batch on 32x8 held 288.
+TEST(CompilePlan, HoldsNoPileOfReceivedPartials) {
+  int64_t received = 0;
+  for (uint64_t seed = 0; seed < testing::RandomCases(300); ++seed) {
+    const RandomPlanCase c = MakeCase(seed);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << ", topology " << c.topology.ToString());
+    Result<Plan> plan = CompileCase(c);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    const int32_t outputs_launch = 2 * plan->n_divisions + 1;
+    for (const std::vector<Program>* pass : {&plan->forward, &plan->backward}) {
+      for (const Program& program : *pass) {
+        const auto is_partial = [&](SlotId s) {
+          const TensorKind kind = program.slots[s].kind;
+          return kind == TensorKind::kO || kind == TensorKind::kDQ || kind == TensorKind::kDKV;
+        };
+        // The (piece, result kind) pairs the device owns or accumulates.
+        std::set<SlotId> accumulators;
+        int64_t pieces = 0;
+        for (const Binding& b : program.outputs) pieces += is_partial(b.slot) ? 1 : 0;
+        std::map<int32_t, std::vector<SlotId>> partials_of;  // per launch id: partials received
+        for (const Instruction& instruction : program.instructions) {
+          if (const auto* call = std::get_if<BlockwiseAttention>(&instruction)) {
+            for (const AttentionRow& row : call->rows) accumulators.insert({row.out, row.dq});
+            for (const AttentionColumn& column : call->columns) accumulators.insert(column.dkv);
+          } else if (const auto* launch = std::get_if<CommLaunch>(&instruction)) {
+            if (launch->id == outputs_launch) continue;
+            for (const PeerSlots& from : launch->recvs) {
+              for (SlotId s : from.slots) {
+                if (is_partial(s)) partials_of[launch->id].push_back(s);
+              }
+            }
+          }
+        }
+        accumulators.erase(-1);
+        pieces += static_cast<int64_t>(accumulators.size());
+        std::set<SlotId> unread;
+        const auto read = [&](SlotId s) { unread.erase(s); };
+        const std::vector<Instruction>& program_instructions = program.instructions;
+        for (size_t i = 0; i < program_instructions.size(); ++i) {
+          const Instruction& instruction = program_instructions[i];
+          if (const auto* r = std::get_if<BlockwiseReduction>(&instruction)) {
+            for (const ReductionOp& op : r->ops) std::ranges::for_each(op.sources, read);
+          } else if (const auto* copy = std::get_if<BlockwiseCopy>(&instruction)) {
+            for (const auto& [from, to] : copy->ops) read(from);
+          } else if (const auto* call = std::get_if<BlockwiseAttention>(&instruction)) {
+            for (const AttentionRow& row : call->rows) read(row.out), read(row.dq);
+            for (const AttentionColumn& column : call->columns) read(column.dkv);
+          } else if (const auto* launch = std::get_if<CommLaunch>(&instruction)) {
+            for (const PeerSlots& to : launch->sends) std::ranges::for_each(to.slots, read);
+          } else if (const auto* wait = std::get_if<CommWait>(&instruction)) {
+            const auto it = partials_of.find(wait->id);
+            if (it == partials_of.end()) continue;
+            received += static_cast<int64_t>(it->second.size());
+            unread.insert(it->second.begin(), it->second.end());
+            if (i + 1 < program_instructions.size()) {  // the instruction after the wait
+              if (const auto* sums =
+                      std::get_if<BlockwiseReduction>(&program_instructions[i + 1])) {
+                for (const ReductionOp& op : sums->ops) std::ranges::for_each(op.sources, read);
+              }
+            }
+            EXPECT_LE(static_cast<int64_t>(unread.size()), pieces)
+                << ToString(program.pass) << " device " << program.device.value << " after wait "
+                << wait->id;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(received, 0);
+}
+
+// The backward's partials of a piece owned on another node are summed on one device of the node
+// (Schedule::reduce_in_node); the devices it falls on share that work: on one long causal
+// sequence, the most partials one device receives from its node-mates is at most twice its
+// node's mean (where the node has at least 4 per device). (Chosen as the lowest device among the
+// latest last tiles, the first device of each node received all 96 of its node's at 16K tokens on
+// 2x8.)
+TEST(CompilePlan, SpreadsANodesSumsOverItsDevices) {
+  for (int64_t tokens : {16384, 32768, 65536}) {
+    for (int32_t nodes : {2, 4}) {
+      SCOPED_TRACE(::testing::Message() << tokens << " tokens on " << nodes << "x8");
+      const Batch batch = *Batch::Create({tokens}, {MaskSpec{}},
+                                         AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 8});
+      const BlockSet blocks = *MakeBlocks(batch, {.block_size = 256});
+      const Topology topology{.nodes = nodes, .devices_per_node = 8};
+      const PartitionResult placed = *PartitionBlocks(blocks, topology, {});
+      const Schedule schedule = *ScheduleDivisions(blocks, placed.placement, topology, {});
+      ASSERT_TRUE(schedule.reduce_in_node);
+      const Plan plan = *CompilePlan(batch, blocks, placed.placement, schedule, topology);
+      std::vector<int64_t> carried(topology.devices(), 0);  // fp32 partials from node-mates
+      for (const Program& program : plan.backward) {
+        for (const Instruction& instruction : program.instructions) {
+          const auto* launch = std::get_if<CommLaunch>(&instruction);
+          if (launch == nullptr) continue;
+          for (const PeerSlots& from : launch->recvs) {
+            if (topology.NodeOf(from.peer) != topology.NodeOf(program.device)) continue;
+            for (SlotId s : from.slots) {
+              const SlotInfo& slot = program.slots[s];
+              carried[program.device.value] +=
+                  slot.dtype == DType::kFloat32 &&
+                  (slot.kind == TensorKind::kDQ || slot.kind == TensorKind::kDKV);
+            }
+          }
+        }
+      }
+      int64_t total = 0;
+      for (int32_t node = 0; node < nodes; ++node) {
+        const auto first = carried.begin() + node * 8, last = first + 8;
+        const int64_t sum = std::accumulate(first, last, int64_t{0});
+        total += sum;
+        if (sum < 32) continue;  // too few to spread over 8 devices
+        EXPECT_LE(8 * *std::max_element(first, last), 2 * sum) << "node " << node;
+      }
+      EXPECT_GT(total, 0);
+    }
+  }
 }
 
 // What the partitioner prices is what the programs send. Every device that needs a piece gets it

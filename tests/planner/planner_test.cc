@@ -385,6 +385,10 @@ TEST(PlanBatch, TuningTriesTwoBlocksAndOneBlockPerDeviceInACloseCall) {
     o.tuning.other_strategies = true;  // a close call is with another strategy
     o.tuning.tightened = Tolerances{.compute = 0.02, .inter = 0.01};
     o.tuning.close_call = 1.0;  // every outcome is a close call
+    // ... with another strategy planned: no candidate counts as balanced, and the slack keeps
+    // the bound above the others' (dcp's own are fast enough here to skip every other).
+    o.tuning.max_peak_share = 1e-9;
+    o.tuning.balance_slack = 1.0;
   });
   auto planned = PlanBatch(batch, options);
   ASSERT_TRUE(planned.ok()) << planned.status().ToString();

@@ -265,16 +265,18 @@ TEST(ScheduleBySimulation, IsNeverSlowerThanTheCostModelsChoice) {
   }
 }
 
-// A batch where the cost model's count (2) is not the fastest: the search finds a faster one.
+// A batch where the cost model's count is not the fastest: the search finds a faster one (0.91
+// against 0.98 ms).
 TEST(ScheduleBySimulation, FindsAFasterCountThanTheCostModel) {
   const Batch batch = *Batch::Create({8192, 3000, 1000}, {MaskSpec{}}, AttentionShape{});
-  const Scheduled s = CompareSchedules(batch, 512, 1, Topology{.nodes = 2, .devices_per_node = 8}, 0);
+  const Scheduled s =
+      CompareSchedules(batch, 256, 1, Topology{.nodes = 2, .devices_per_node = 8}, 0);
   EXPECT_LT(s.searched_s, s.model_s);
 }
 
 // The search tries a grid of counts and the neighbours of the grid's best: its choice is never
-// slower than any count of the grid (2, 4, 8, 12, 16), each compiled and simulated here, nor than
-// the grid's best count's neighbours.
+// slower than any count of the grid (the cost model's, 2, 4, 8, 12, 16), each compiled and
+// simulated here, nor than the grid's best count's neighbours.
 void ExpectNoGridCountFaster(const Batch& batch, int64_t block_size, int64_t head_groups,
                              const Topology& topology) {
   const BlockSet blocks =
@@ -282,9 +284,11 @@ void ExpectNoGridCountFaster(const Batch& batch, int64_t block_size, int64_t hea
   const Placement placement = PartitionBlocks(blocks, topology, {})->placement;
   ClusterSpec cluster;
   cluster.devices_per_node = topology.devices_per_node;
+  const int32_t model = ScheduleDivisions(blocks, placement, topology, {})->n_divisions;
+  // The count's schedule (0: the cost model's) and its time.
   const auto seconds = [&](int32_t divisions) {
-    const Schedule schedule =
-        *ScheduleDivisions(blocks, placement, topology, {.divisions = divisions});
+    const Schedule schedule = *ScheduleDivisions(blocks, placement, topology,
+                                                 {.divisions = divisions == model ? 0 : divisions});
     return SimulatePlan(*CompilePlan(batch, blocks, placement, schedule, topology), cluster)
         ->total_s();
   };
@@ -293,8 +297,9 @@ void ExpectNoGridCountFaster(const Batch& batch, int64_t block_size, int64_t hea
   ASSERT_TRUE(searched.ok()) << searched.status().ToString();
   if (searched->n_divisions == 1) return;  // nothing to hide: the search is not run
   const double chosen = seconds(searched->n_divisions);
-  int32_t grid_best = 2;
-  for (const int32_t n : {2, 4, 8, 12, 16}) {
+  // The grid holds the cost model's count too, first: its best's neighbours are polished.
+  int32_t grid_best = model;
+  for (const int32_t n : {model, 2, 4, 8, 12, 16}) {
     EXPECT_LE(chosen, seconds(n)) << "count " << n;
     if (seconds(n) < seconds(grid_best)) grid_best = n;
   }
