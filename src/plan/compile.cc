@@ -38,7 +38,6 @@
 #include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
-#include <utility>
 
 #include "dcp/plan.h"
 #include "plan/program_builder.h"
@@ -277,12 +276,12 @@ class Compiler {
     // table rather than an ordered map: a map node per result was a twelfth of the compile.
     std::vector<SlotId> accumulator;
     std::vector<Key> accumulated;
-    // Backward: partials carried here (from a ring hop or a node-mate) in the launch being
-    // built; summed into the device's own partial once that launch is waited for (FoldArrived).
-    std::vector<std::pair<Key, SlotId>> arrived;
-    // Partials of owned pieces returned early and not yet summed into the device's own
-    // (FoldArrived), in arrival order.
+    // Partials received and not yet summed into the device's own: backward, carried here from a
+    // ring hop or a node-mate (fp32); returned early to the owner (storage dtype), in arrival
+    // order. Their bytes, and the bytes of the device's inputs, which bound them (FoldWaiting).
+    std::map<Key, std::vector<SlotId>> carried;
     std::map<Key, std::vector<Partial>> returned;
+    int64_t waiting_bytes = 0, input_bytes = 0;
   };
   // A partial result moving to another device in the A launch made at `division` (so
   // A(division + 1)): a ring hop of partial dKV, or an early return to the owner.
@@ -435,13 +434,13 @@ class Compiler {
     return at_last(returns_[static_cast<int>(pass)]) ||
            (pass == Pass::kBackward && at_last(carries_));
   }
-  // The device's partial of `key` (its own tiles' and those carried to it), which leaves the
-  // device: -1 when it has none.
-  SlotId TakePartial(State& st, const Key& key) const {
-    SlotId& slot = Accumulator(st, key);
-    return std::exchange(slot, -1);
+  SlotId MergeCarried(State& st, BlockwiseReduction& sums, const Key& key) const;
+  void FoldWaiting(State& st, Pass pass) const;
+  // Bytes of a returned partial of `key`: its value in the storage dtype, with its LSE for O.
+  int64_t PartialBytes(const Key& key) const {
+    return types_.Of(key.kind).bytes +
+           (key.kind == TensorKind::kO ? types_.Of(TensorKind::kLse).bytes : 0);
   }
-  void FoldArrived(State& st, Pass pass) const;
   void AddInputs(State& st, DeviceId device, Pass pass) const;
   void Exchange(State& st, DeviceId device, Pass pass, int32_t division, int32_t phase) const;
   void Compute(State& st, DeviceId device, Pass pass, int32_t division) const;
@@ -638,15 +637,41 @@ void Compiler::PlanCarries() {
   std::sort(carries_.begin(), carries_.end());
 }
 
-// Sums the partials that arrived in the launch just waited for into the device's own, so that
-// each is freed at once. Summed at the end instead, an aggregator held every partial its
-// node-mates carried to it until then (288 fp32 dQ partials, 2.4 GB, on one device of a
-// 4M-token plan on 32x8), and an owner every partial returned to it. A carried partial (fp32)
-// becomes the device's own when it has none yet (its tiles may come later); returned ones (in the
-// storage dtype) get a new fp32 accumulator once two are waiting, and one alone waits.
-void Compiler::FoldArrived(State& st, Pass pass) const {
+// One slot with the sum of this device's partial of `key` and the partials carried to it, adding
+// the sum to `sums` when there is more than one; -1 when it has none.
+SlotId Compiler::MergeCarried(State& st, BlockwiseReduction& sums, const Key& key) const {
+  std::vector<SlotId> parts;
+  if (SlotId& own = Accumulator(st, key); own >= 0) {
+    parts.push_back(own);
+    own = -1;
+  }
+  if (auto it = st.carried.find(key); it != st.carried.end()) {
+    parts.insert(parts.end(), it->second.begin(), it->second.end());
+    st.waiting_bytes -=
+        static_cast<int64_t>(it->second.size()) * types_.Of(key.kind, /*accumulator=*/true).bytes;
+    st.carried.erase(it);
+  }
+  if (parts.empty()) return -1;
+  if (parts.size() > 1) sums.ops.push_back(ReductionOp{.destination = parts[0], .sources = parts});
+  return parts[0];
+}
+
+// When the partials waiting on the device (FoldWaiting is called after each wait) take more bytes
+// than its inputs, sums them into its own: a carried one as the device sends it (MergeCarried;
+// the sum becomes the device's own, which may still take tiles), returned ones into the owner's
+// accumulator (a new fp32 one when it has none and two or more wait; one alone keeps waiting).
+// Summed only at the end, an aggregator of a 4M-token batch on 32x8 held 288 fp32 dQ partials
+// (2.4 GB) against 0.1 GB of inputs. Below that bound they wait for the end, where one reduction
+// reads them all: a fold costs a read and a write of the accumulator, and folding every arrival
+// made the bench's default plans 0.1% slower (up to 2.6% on lambda masks).
+void Compiler::FoldWaiting(State& st, Pass pass) const {
+  if (st.waiting_bytes <= st.input_bytes) return;
   BlockwiseReduction sums{
       .kind = pass == Pass::kForward ? ReductionKind::kLseMerge : ReductionKind::kSum, .ops = {}};
+  while (!st.carried.empty()) {
+    const Key key = st.carried.begin()->first;
+    Accumulate(st, key, MergeCarried(st, sums, key));
+  }
   for (auto it = st.returned.begin(); it != st.returned.end();) {
     const Key key = it->first;
     const std::vector<Partial>& partials = it->second;
@@ -656,8 +681,10 @@ void Compiler::FoldArrived(State& st, Pass pass) const {
     if (const SlotId own = Accumulator(st, key); own >= 0) {
       op.destination = own;
       op.sources.push_back(own);
-      if (merge) op.lse_destination = Accumulated(st, lse_key);
-      if (merge) op.lse_sources.push_back(op.lse_destination);
+      if (merge) {
+        op.lse_destination = Accumulated(st, lse_key);
+        op.lse_sources.push_back(op.lse_destination);
+      }
     } else if (partials.size() >= 2) {
       op.destination = st.builder.NewBuffer(types_.Of(key.kind, /*accumulator=*/true));
       Accumulate(st, key, op.destination);
@@ -673,24 +700,10 @@ void Compiler::FoldArrived(State& st, Pass pass) const {
       op.sources.push_back(p.value);
       if (merge) op.lse_sources.push_back(p.lse);
     }
+    st.waiting_bytes -= static_cast<int64_t>(partials.size()) * PartialBytes(key);
     sums.ops.push_back(std::move(op));
     it = st.returned.erase(it);
   }
-  std::stable_sort(st.arrived.begin(), st.arrived.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (auto it = st.arrived.begin(); it != st.arrived.end();) {
-    const Key key = it->first;
-    SlotId& own = Accumulator(st, key);
-    ReductionOp op;
-    if (own >= 0) op.sources.push_back(own);
-    for (; it != st.arrived.end() && it->first == key; ++it) op.sources.push_back(it->second);
-    if (own < 0) Accumulate(st, key, op.sources[0]);
-    if (op.sources.size() > 1) {
-      op.destination = op.sources[0];
-      sums.ops.push_back(std::move(op));
-    }
-  }
-  st.arrived.clear();
   if (!sums.ops.empty()) st.builder.Emit(std::move(sums));
 }
 
@@ -707,6 +720,7 @@ void Compiler::AddInputs(State& st, DeviceId device, Pass pass) const {
       for (TensorKind kind : kinds) {
         const SlotId slot = st.builder.NewBuffer(types_.Of(kind));
         st.builder.AddInput(kind, Piece{DataBlockId{b}, g}, slot);
+        st.input_bytes += types_.Of(kind).bytes;
         Have(st, {b, g, kind}) = slot;
       }
       if (pass == Pass::kBackward) {
@@ -742,36 +756,40 @@ void Compiler::Exchange(State& st, DeviceId device, Pass pass, int32_t division,
     }
   }
   if (pass == Pass::kBackward) {
+    BlockwiseReduction sums{.kind = ReductionKind::kSum, .ops = {}};
     for (const Carry& c :
          CarriesAt(phase == 0 ? carries_of_ : last_sums_of_, device.value, division - 1)) {
       const SlotInfo partial = types_.Of(c.key.kind, /*accumulator=*/true);
       if (c.from == device.value) {
-        const SlotId slot = TakePartial(st, c.key);
+        const SlotId slot = MergeCarried(st, sums, c.key);
         DCP_CHECK(slot >= 0, "carry of block {} from device {} has no partial", c.key.block,
                   c.from);
         AddEntry(sends, c.to, slot, partial, c.key.block);
       } else if (c.to == device.value) {
         const SlotId slot = st.builder.NewBuffer(partial);
         AddEntry(recvs, c.from, slot, partial, c.key.block);
-        st.arrived.push_back({c.key, slot});
+        st.carried[c.key].push_back(slot);
+        st.waiting_bytes += partial.bytes;
       }
     }
+    if (!sums.ops.empty()) st.builder.Emit(std::move(sums));
   }
   if (phase == 0) SendReturns(st, device, pass, division - 1, sends, recvs);
   EmitLaunch(st, std::move(launch), sends, recvs);
 }
 
 // The early returns launched at `launch_division`: partials converted to the storage dtype go to
-// their owners (O with its fp32 LSE), who sum them into their own (FoldArrived).
+// their owners (O with its fp32 LSE), who keep them for the final reduction (or FoldWaiting).
 void Compiler::SendReturns(State& st, DeviceId device, Pass pass, int32_t launch_division,
                            PeerLists& sends, PeerLists& recvs) const {
+  BlockwiseReduction sums{.kind = ReductionKind::kSum, .ops = {}};
   BlockwiseCopy convert;
   for (const Carry& r :
        CarriesAt(returns_of_[static_cast<int>(pass)], device.value, launch_division)) {
     const Key lse_key{r.key.block, r.key.head_group, TensorKind::kLse};
     if (r.from == device.value) {
       const SlotId packed = st.builder.NewBuffer(types_.Of(r.key.kind));
-      convert.ops.emplace_back(TakePartial(st, r.key), packed);
+      convert.ops.emplace_back(MergeCarried(st, sums, r.key), packed);
       AddEntry(sends, r.to, packed, types_.Of(r.key.kind), r.key.block);
       if (r.key.kind == TensorKind::kO) {
         AddEntry(sends, r.to, Accumulated(st, lse_key), types_.Of(TensorKind::kLse), r.key.block);
@@ -785,8 +803,10 @@ void Compiler::SendReturns(State& st, DeviceId device, Pass pass, int32_t launch
         AddEntry(recvs, r.from, p.lse, types_.Of(TensorKind::kLse), r.key.block);
       }
       st.returned[r.key].push_back(p);
+      st.waiting_bytes += PartialBytes(r.key);
     }
   }
+  if (!sums.ops.empty()) st.builder.Emit(std::move(sums));
   if (!convert.ops.empty()) st.builder.Emit(std::move(convert));
 }
 
@@ -920,6 +940,12 @@ void Compiler::ReduceOutputs(State& st, DeviceId device, Pass pass) const {
   const std::span<const TensorKind> results =
       pass == Pass::kForward ? std::span<const TensorKind>(kForwardResults) : kBackwardResults;
   const auto owner_of = [&](const Key& key) { return Owner(DataBlockId{key.block}); };
+  BlockwiseReduction sums{.kind = ReductionKind::kSum, .ops = {}};
+  while (!st.carried.empty()) {
+    const Key key = st.carried.begin()->first;
+    Accumulate(st, key, MergeCarried(st, sums, key));
+  }
+  if (!sums.ops.empty()) st.builder.Emit(std::move(sums));
   BlockwiseCopy convert;
   PeerLists sends(&st.sends), recvs(&st.recvs);
   for (const Key& key : AccumulatedKeys(st)) {
@@ -1004,14 +1030,14 @@ Program Compiler::Build(DeviceId device, Pass pass, PeerTables* tables) const {
     Compute(st, device, pass, t);
     if (launch_a) {
       st.builder.Emit(CommWait{.id = LaunchA(t + 1)});
-      FoldArrived(st, pass);
+      FoldWaiting(st, pass);
     }
     if (t + 1 < n) Exchange(st, device, pass, t + 1, 1);
   }
   if (pass == Pass::kBackward && SumsAfterLastDivision()) {
     Exchange(st, device, pass, n, 1);
     st.builder.Emit(CommWait{.id = LaunchB(n)});
-    FoldArrived(st, pass);
+    FoldWaiting(st, pass);
   }
   ReduceOutputs(st, device, pass);
   return st.builder.Finish();
