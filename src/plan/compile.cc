@@ -435,6 +435,13 @@ class Compiler {
            (pass == Pass::kBackward && at_last(carries_));
   }
   SlotId MergeCarried(State& st, BlockwiseReduction& sums, const Key& key) const;
+  // Every key's carried partials merged with the device's own (MergeCarried), the sum its own.
+  void MergeAllCarried(State& st, BlockwiseReduction& sums) const {
+    while (!st.carried.empty()) {
+      const Key key = st.carried.begin()->first;
+      Accumulate(st, key, MergeCarried(st, sums, key));
+    }
+  }
   void FoldWaiting(State& st, Pass pass) const;
   // Bytes of a returned partial of `key`: its value in the storage dtype, with its LSE for O.
   int64_t PartialBytes(const Key& key) const {
@@ -668,10 +675,7 @@ void Compiler::FoldWaiting(State& st, Pass pass) const {
   if (st.waiting_bytes <= st.input_bytes) return;
   BlockwiseReduction sums{
       .kind = pass == Pass::kForward ? ReductionKind::kLseMerge : ReductionKind::kSum, .ops = {}};
-  while (!st.carried.empty()) {
-    const Key key = st.carried.begin()->first;
-    Accumulate(st, key, MergeCarried(st, sums, key));
-  }
+  MergeAllCarried(st, sums);
   for (auto it = st.returned.begin(); it != st.returned.end();) {
     const Key key = it->first;
     const std::vector<Partial>& partials = it->second;
@@ -941,10 +945,7 @@ void Compiler::ReduceOutputs(State& st, DeviceId device, Pass pass) const {
       pass == Pass::kForward ? std::span<const TensorKind>(kForwardResults) : kBackwardResults;
   const auto owner_of = [&](const Key& key) { return Owner(DataBlockId{key.block}); };
   BlockwiseReduction sums{.kind = ReductionKind::kSum, .ops = {}};
-  while (!st.carried.empty()) {
-    const Key key = st.carried.begin()->first;
-    Accumulate(st, key, MergeCarried(st, sums, key));
-  }
+  MergeAllCarried(st, sums);
   if (!sums.ops.empty()) st.builder.Emit(std::move(sums));
   BlockwiseCopy convert;
   PeerLists sends(&st.sends), recvs(&st.recvs);

@@ -324,6 +324,24 @@ void ExpectNoPileOfReceivedPartials(const Plan& plan, int64_t* received) {
   }
 }
 
+// One causal sequence of `tokens` in blocks of 256 on nodes x 8, placed and scheduled by dcp
+// (`divisions`: 0 lets the scheduler choose), and its plan.
+struct ScheduledPlan {
+  Schedule schedule;
+  Plan plan;
+};
+ScheduledPlan OneCausalSequence(int64_t tokens, int32_t nodes, int32_t divisions) {
+  const Batch batch = *Batch::Create({tokens}, {MaskSpec{}},
+                                     AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 8});
+  const BlockSet blocks = *MakeBlocks(batch, {.block_size = 256});
+  const Topology topology{.nodes = nodes, .devices_per_node = 8};
+  const PartitionResult placed = *PartitionBlocks(blocks, topology, {});
+  Schedule schedule =
+      *ScheduleDivisions(blocks, placed.placement, topology, {.divisions = divisions});
+  Plan plan = *CompilePlan(batch, blocks, placed.placement, schedule, topology);
+  return {.schedule = std::move(schedule), .plan = std::move(plan)};
+}
+
 TEST(CompilePlan, HoldsNoPileOfReceivedPartials) {
   int64_t received = 0;
   for (uint64_t seed = 0; seed < testing::RandomCases(300); ++seed) {
@@ -336,15 +354,7 @@ TEST(CompilePlan, HoldsNoPileOfReceivedPartials) {
   for (int64_t tokens : {16384, 65536}) {
     for (int32_t nodes : {2, 4}) {
       SCOPED_TRACE(::testing::Message() << tokens << " causal tokens on " << nodes << "x8");
-      const Batch batch = *Batch::Create({tokens}, {MaskSpec{}},
-                                         AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 8});
-      const BlockSet blocks = *MakeBlocks(batch, {.block_size = 256});
-      const Topology topology{.nodes = nodes, .devices_per_node = 8};
-      const PartitionResult placed = *PartitionBlocks(blocks, topology, {});
-      const Schedule schedule =
-          *ScheduleDivisions(blocks, placed.placement, topology, {.divisions = 16});
-      ExpectNoPileOfReceivedPartials(
-          *CompilePlan(batch, blocks, placed.placement, schedule, topology), &received);
+      ExpectNoPileOfReceivedPartials(OneCausalSequence(tokens, nodes, 16).plan, &received);
     }
   }
   EXPECT_GT(received, 0);
@@ -360,14 +370,9 @@ TEST(CompilePlan, SpreadsANodesSumsOverItsDevices) {
   for (int64_t tokens : {16384, 32768, 65536}) {
     for (int32_t nodes : {2, 4}) {
       SCOPED_TRACE(::testing::Message() << tokens << " tokens on " << nodes << "x8");
-      const Batch batch = *Batch::Create({tokens}, {MaskSpec{}},
-                                         AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 8});
-      const BlockSet blocks = *MakeBlocks(batch, {.block_size = 256});
-      const Topology topology{.nodes = nodes, .devices_per_node = 8};
-      const PartitionResult placed = *PartitionBlocks(blocks, topology, {});
-      const Schedule schedule = *ScheduleDivisions(blocks, placed.placement, topology, {});
+      const auto [schedule, plan] = OneCausalSequence(tokens, nodes, 0);
       ASSERT_TRUE(schedule.reduce_in_node);
-      const Plan plan = *CompilePlan(batch, blocks, placed.placement, schedule, topology);
+      const Topology& topology = plan.topology;
       std::vector<int64_t> carried(topology.devices(), 0);  // fp32 partials from node-mates
       for (const Program& program : plan.backward) {
         for (const Instruction& instruction : program.instructions) {
