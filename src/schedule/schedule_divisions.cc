@@ -352,7 +352,7 @@ class DivisionScheduler {
     const int64_t call = calls++;
     int64_t total = 0;
     for (int32_t c : order) total += Flops(c);
-    std::vector<size_t> pieces;
+    std::vector<std::pair<size_t, double>> pieces;  // index and bytes of each piece read
     int64_t prefix = 0;
     for (int32_t c : order) {
       const int32_t part = static_cast<int32_t>(
@@ -367,14 +367,13 @@ class DivisionScheduler {
         Seen& s = seen[index];
         if (s.call != call) {
           s = {call, part, part};
-          pieces.push_back(index);
+          pieces.emplace_back(index, PieceBytes(block.value, side));
         }
         s.last = part;
       }
     }
     std::vector<double> change(kMaxDivisions + 1, 0);
-    for (size_t index : pieces) {
-      const double bytes = piece_bytes_[index / (2 * blocks_.head_groups) * 2 + index % 2];
+    for (const auto& [index, bytes] : pieces) {
       change[seen[index].first] += bytes;
       change[seen[index].last + 1] -= bytes;
     }
