@@ -656,6 +656,62 @@ TEST(ScheduleDivisions, StreamsTheHeavierSideWhereTheRingOrderKeepsItAlive) {
   }
 }
 
+// A device computing a square of 16 rows by 2 columns and a strip of 2 rows by 16 columns, every
+// row and column another device's: the ring order (by the columns' owners) and the column order
+// keep the square's 16 rows alive together, the row order the strip's 16 columns. Along a Z
+// curve over the device's rows and columns, a division reads a few of each (4 here; without the
+// curve up to 18 rows are alive in one division).
+TEST(ScheduleDivisions, TakesTheZCurveWhereRowsAndColumnsBothKeepOneSideAlive) {
+  const Batch batch = *Batch::Create({40 * 256}, {MaskSpec{}},
+                                     AttentionShape{.heads = 2, .kv_heads = 2, .head_dim = 8});
+  const BlockSet blocks = *MakeBlocks(batch, {.block_size = 256});
+  ASSERT_EQ(blocks.data_blocks.size(), 40u);
+  const Topology topology{.nodes = 1, .devices_per_node = 9};
+  constexpr int32_t kDevice = 8;  // computes the square and the strip, owns no block
+  Placement placement;
+  for (int32_t b = 0; b < 40; ++b) placement.data_device.push_back(DeviceId{b % 8});
+  const auto in_square = [](const ComputeBlock& cb) {
+    return cb.q_block.value >= 2 && cb.q_block.value < 18 && cb.kv_block.value < 2;
+  };
+  const auto in_strip = [](const ComputeBlock& cb) {
+    return cb.q_block.value >= 38 && cb.kv_block.value >= 18 && cb.kv_block.value < 34;
+  };
+  for (const ComputeBlock& cb : blocks.compute_blocks) {
+    placement.compute_device.push_back(in_square(cb) || in_strip(cb)
+                                           ? DeviceId{kDevice}
+                                           : placement.data_device[cb.q_block.value]);
+  }
+  constexpr int32_t kDivisions = 9;
+  const Schedule schedule =
+      *ScheduleDivisions(blocks, placement, topology, {.divisions = kDivisions});
+  // Per row and per column of the device: its first and last division there.
+  std::map<int32_t, std::pair<int32_t, int32_t>> rows, columns;
+  const auto note = [](std::map<int32_t, std::pair<int32_t, int32_t>>& span, int32_t block,
+                       int32_t division) {
+    auto [it, fresh] = span.try_emplace(block, division, division);
+    it->second = {std::min(it->second.first, division), std::max(it->second.second, division)};
+  };
+  int32_t tiles = 0;
+  for (size_t c = 0; c < blocks.compute_blocks.size(); ++c) {
+    if (placement.compute_device[c].value != kDevice) continue;
+    ++tiles;
+    note(rows, blocks.compute_blocks[c].q_block.value, schedule.compute_division[c]);
+    note(columns, blocks.compute_blocks[c].kv_block.value, schedule.compute_division[c]);
+  }
+  ASSERT_EQ(tiles, 64);
+  ASSERT_EQ(rows.size(), 18u);
+  ASSERT_EQ(columns.size(), 18u);
+  const auto alive = [](const std::map<int32_t, std::pair<int32_t, int32_t>>& span, int32_t t) {
+    int32_t n = 0;
+    for (const auto& [block, s] : span) n += s.first <= t && t <= s.second;
+    return n;
+  };
+  for (int32_t division = 1; division < kDivisions; ++division) {
+    EXPECT_LE(alive(rows, division), 6) << "division " << division;
+    EXPECT_LE(alive(columns, division), 6) << "division " << division;
+  }
+}
+
 }  // namespace
 }  // namespace dcp
 
