@@ -615,6 +615,25 @@ TEST(ScheduleDivisions, PutsLocalTilesInDivisionZeroUpToAnNthOfTheDeviceAndTheRe
   EXPECT_GT(late, 0);
 }
 
+// Per data block, the first and last division in which one device's tiles read it; AliveIn counts
+// the blocks whose span holds a division.
+class DivisionSpans {
+ public:
+  void Note(int32_t block, int32_t division) {
+    auto [it, fresh] = span_.try_emplace(block, division, division);
+    it->second = {std::min(it->second.first, division), std::max(it->second.second, division)};
+  }
+  int32_t AliveIn(int32_t division) const {
+    int32_t n = 0;
+    for (const auto& [block, s] : span_) n += s.first <= division && division <= s.second;
+    return n;
+  }
+  size_t size() const { return span_.size(); }
+
+ private:
+  std::map<int32_t, std::pair<int32_t, int32_t>> span_;
+};
+
 // A device computing a grid of tiles whose 8 rows and 8 columns all belong to other devices: the
 // ring order (by the columns' owners) would keep every row alive in every division. Rows weigh
 // more than columns here (8 query heads, 1 key/value head), so the rows are taken one after
@@ -638,21 +657,17 @@ TEST(ScheduleDivisions, StreamsTheHeavierSideWhereTheRingOrderKeepsItAlive) {
                                                    : placement.data_device[cb.q_block.value]);
   }
   const Schedule schedule = *ScheduleDivisions(blocks, placement, topology, {.divisions = 9});
-  std::map<int32_t, std::pair<int32_t, int32_t>> span;  // per row: first and last division
+  DivisionSpans rows;
   int32_t tiles = 0;
   for (size_t c = 0; c < blocks.compute_blocks.size(); ++c) {
     if (!in_grid(blocks.compute_blocks[c])) continue;
     ++tiles;
-    const int32_t division = schedule.compute_division[c];
-    auto [it, fresh] = span.try_emplace(blocks.compute_blocks[c].q_block.value, division, division);
-    it->second = {std::min(it->second.first, division), std::max(it->second.second, division)};
+    rows.Note(blocks.compute_blocks[c].q_block.value, schedule.compute_division[c]);
   }
   ASSERT_EQ(tiles, 64);
-  ASSERT_EQ(span.size(), 8u);
+  ASSERT_EQ(rows.size(), 8u);
   for (int32_t division = 1; division < 9; ++division) {
-    int32_t alive = 0;
-    for (const auto& [row, s] : span) alive += s.first <= division && division <= s.second;
-    EXPECT_LE(alive, 2) << "division " << division;
+    EXPECT_LE(rows.AliveIn(division), 2) << "division " << division;
   }
 }
 
@@ -684,31 +699,20 @@ TEST(ScheduleDivisions, TakesTheZCurveWhereRowsAndColumnsBothKeepOneSideAlive) {
   constexpr int32_t kDivisions = 9;
   const Schedule schedule =
       *ScheduleDivisions(blocks, placement, topology, {.divisions = kDivisions});
-  // Per row and per column of the device: its first and last division there.
-  std::map<int32_t, std::pair<int32_t, int32_t>> rows, columns;
-  const auto note = [](std::map<int32_t, std::pair<int32_t, int32_t>>& span, int32_t block,
-                       int32_t division) {
-    auto [it, fresh] = span.try_emplace(block, division, division);
-    it->second = {std::min(it->second.first, division), std::max(it->second.second, division)};
-  };
+  DivisionSpans rows, columns;
   int32_t tiles = 0;
   for (size_t c = 0; c < blocks.compute_blocks.size(); ++c) {
     if (placement.compute_device[c].value != kDevice) continue;
     ++tiles;
-    note(rows, blocks.compute_blocks[c].q_block.value, schedule.compute_division[c]);
-    note(columns, blocks.compute_blocks[c].kv_block.value, schedule.compute_division[c]);
+    rows.Note(blocks.compute_blocks[c].q_block.value, schedule.compute_division[c]);
+    columns.Note(blocks.compute_blocks[c].kv_block.value, schedule.compute_division[c]);
   }
   ASSERT_EQ(tiles, 64);
   ASSERT_EQ(rows.size(), 18u);
   ASSERT_EQ(columns.size(), 18u);
-  const auto alive = [](const std::map<int32_t, std::pair<int32_t, int32_t>>& span, int32_t t) {
-    int32_t n = 0;
-    for (const auto& [block, s] : span) n += s.first <= t && t <= s.second;
-    return n;
-  };
   for (int32_t division = 1; division < kDivisions; ++division) {
-    EXPECT_LE(alive(rows, division), 6) << "division " << division;
-    EXPECT_LE(alive(columns, division), 6) << "division " << division;
+    EXPECT_LE(rows.AliveIn(division), 6) << "division " << division;
+    EXPECT_LE(columns.AliveIn(division), 6) << "division " << division;
   }
 }
 
