@@ -125,6 +125,12 @@ struct BlockSet {
 // not divide the batch's kv_heads, or when the batch would need more than 2^31 blocks.
 Result<BlockSet> MakeBlocks(const Batch& batch, const BlockingOptions& options);
 
+// Whether blocks of `block_size` cut the batch into more than `limit` tiles (compute blocks of one
+// head group), counting per query block the KV blocks its mask may touch (exact for causal
+// masks, an upper bound on others) and stopping once past `limit`; no block is made.
+// REQUIRES: block_size >= 1, limit >= 0.
+bool HasMoreTilesThan(const Batch& batch, int64_t block_size, int64_t limit);
+
 // Bytes per token of each tensor of a data block, for the given shape.
 DataBlockBytes BytesPerToken(const AttentionShape& shape);
 

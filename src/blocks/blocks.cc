@@ -32,13 +32,14 @@ void TouchedKvBlocks(const Mask& mask, int64_t u, int64_t v, int64_t block_size,
   internal::SortAndMergeRanges(ranges);
 }
 
-// Upper bound on the non-empty tiles of a sequence, from the kv blocks its slices may touch.
-int64_t TileBound(const Mask& mask, int64_t block_size) {
+// Upper bound on the non-empty tiles of a sequence, from the kv blocks its slices may touch;
+// counting stops once it passes `stop_above`.
+int64_t TileBound(const Mask& mask, int64_t block_size, int64_t stop_above) {
   const int64_t length = mask.length();
   std::vector<const Slice*> slices;
   std::vector<std::pair<int64_t, int64_t>> ranges;
   int64_t bound = 0;
-  for (int64_t u = 0; u < length; u += block_size) {
+  for (int64_t u = 0; u < length && bound <= stop_above; u += block_size) {
     TouchedKvBlocks(mask, u, std::min(length, u + block_size), block_size, &slices, &ranges);
     for (const auto& [first, last] : ranges) bound += last - first;
   }
@@ -107,6 +108,15 @@ Status BlockingOptions::Validate() const {
   return Status::Ok();
 }
 
+bool HasMoreTilesThan(const Batch& batch, int64_t block_size, int64_t limit) {
+  int64_t tiles = 0;
+  for (const Mask& mask : batch.masks()) {
+    tiles += TileBound(mask, block_size, limit - tiles);
+    if (tiles > limit) return true;
+  }
+  return false;
+}
+
 DataBlockBytes BytesPerToken(const AttentionShape& shape) {
   const int64_t e = BytesPerElement(shape.dtype);
   const int64_t q = shape.heads * shape.head_dim * e;
@@ -152,7 +162,7 @@ Result<BlockSet> MakeBlocks(const Batch& batch, const BlockingOptions& options) 
   // reserve once: growing a large vector repeatedly costs more than filling it.
   int64_t tile_bound = 0;
   for (size_t s = 0; s < batch.seqlens().size(); ++s) {
-    tile_bound += TileBound(batch.masks()[s], options.block_size) * options.head_groups;
+    tile_bound += TileBound(batch.masks()[s], options.block_size, kMaxBlocks) * options.head_groups;
     if (tile_bound > kMaxBlocks) {
       return Status::InvalidArgument(fmt::format(
           "batch needs more than 2^31 compute blocks in blocks of {} tokens (sequence {} of {} "

@@ -291,14 +291,24 @@ bool BlocksFit(const Batch& batch, int64_t block_size, const PlanOptions& option
 }
 
 // The block sizes to try: the pinned one, or the tuning list without the sizes whose blocks do not
-// fit the devices (BlocksFit); when that leaves none, 0 (the block-size heuristic).
+// fit the devices (BlocksFit) and those finer than needed (TuningOptions::max_tiles_per_device);
+// when that leaves none, 0 (the block-size heuristic).
 std::vector<int64_t> BlockSizesToTry(const Batch& batch, const PlanOptions& options) {
   if (options.block_size > 0) return {options.block_size};
   std::vector<int64_t> sizes;
   for (int64_t size : options.tuning.block_sizes) {
     if (BlocksFit(batch, size, options)) sizes.push_back(size);
   }
-  if (sizes.empty()) sizes.push_back(0);
+  if (sizes.empty()) return {0};
+  int64_t max_tiles = 0;
+  if (options.tuning.max_tiles_per_device > 0 &&
+      !__builtin_mul_overflow(options.tuning.max_tiles_per_device, options.topology.devices(),
+                              &max_tiles)) {
+    const int64_t largest = *std::max_element(sizes.begin(), sizes.end());
+    std::erase_if(sizes, [&](int64_t size) {
+      return size < largest && HasMoreTilesThan(batch, size, max_tiles);
+    });
+  }
   return sizes;
 }
 
@@ -915,6 +925,10 @@ Status TuningOptions::Validate() const {
       return Status::InvalidArgument(
           fmt::format("PlanOptions.tuning.head_groups holds {}; head groups must be >= 1", g));
     }
+  }
+  if (max_tiles_per_device < 0) {
+    return Status::InvalidArgument(fmt::format(
+        "PlanOptions.tuning.max_tiles_per_device {} must be >= 0", max_tiles_per_device));
   }
   if (split_max_tiles_per_device < 0) {
     return Status::InvalidArgument(

@@ -358,6 +358,52 @@ TEST(MakeBlocks, MatchesTheDenseCountForRandomBatchesOfEveryMaskFamily) {
   }
 }
 
+// HasMoreTilesThan against the dense count of one head group's non-empty tiles: never below it
+// (the planner leaves a block size out on it) nor above the tile grid, and exactly it where every
+// mask is causal.
+TEST(HasMoreTilesThan, BoundsTheDenseTileCountOfRandomBatchesOfEveryMaskFamily) {
+  constexpr uint64_t kCases = 220;
+  for (uint64_t seed = 0; seed < kCases; ++seed) {
+    const RandomCase c = MakeRandomCase(seed);
+    SCOPED_TRACE(Describe(seed, c));
+    std::vector<MaskSpec> specs;
+    for (const std::string& text : c.spec_texts) specs.push_back(*MaskSpec::Parse(text));
+    const Result<Batch> batch = Batch::Create(c.lengths, specs, c.shape);
+    ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+    const auto tiles = static_cast<int64_t>(
+        ExpectedComputeBlocks(*batch, c.options.block_size, /*head_groups=*/1).size());
+    int64_t grid = 0;  // every (q block, kv block) pair of each sequence
+    for (int64_t length : c.lengths) {
+      const int64_t n = (length + c.options.block_size - 1) / c.options.block_size;
+      grid += n * n;
+    }
+    if (tiles > 0) {
+      EXPECT_TRUE(HasMoreTilesThan(*batch, c.options.block_size, tiles - 1));
+    }
+    EXPECT_FALSE(HasMoreTilesThan(*batch, c.options.block_size, grid));
+  }
+}
+
+TEST(HasMoreTilesThan, CountsCausalTilesExactly) {
+  Random rnd(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t block_size = rnd.Uniform(1, 64);
+    std::vector<int64_t> lengths;
+    int64_t tiles = 0;  // a causal sequence of n blocks has n (n + 1) / 2 tiles
+    for (int64_t s = rnd.Uniform(1, 5); s > 0; --s) {
+      lengths.push_back(rnd.Uniform(1, 2000));
+      const int64_t n = (lengths.back() + block_size - 1) / block_size;
+      tiles += n * (n + 1) / 2;
+    }
+    SCOPED_TRACE("trial " + std::to_string(trial) + ", block size " + std::to_string(block_size));
+    const Result<Batch> batch = Batch::Create(lengths, {*MaskSpec::Parse("causal")},
+                                              AttentionShape{.heads = 4, .kv_heads = 2});
+    ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+    EXPECT_TRUE(HasMoreTilesThan(*batch, block_size, tiles - 1));
+    EXPECT_FALSE(HasMoreTilesThan(*batch, block_size, tiles));
+  }
+}
+
 TEST(MakeBlocks, MatchesTheDenseCountWhenOneMaskAppliesToAllSequences) {
   const char* const kSpecs[] = {"causal",
                                 "full",

@@ -167,6 +167,42 @@ TEST(PlanBatch, TriesFewerBlocksThanDevicesWhenTheySpreadWithinTheMemoryToleranc
   EXPECT_TRUE(tried_2048(16384, 0.0));  // 8 blocks: one per device
 }
 
+// A listed block size is left out when its blocks make more than tuning.max_tiles_per_device tiles
+// per device and a larger listed size is tried. One causal sequence of 16384 tokens on 2x4: blocks
+// of 256 make 64 * 65 / 2 = 2080 tiles (260 per device), of 512 528 (66), of 1024 136 (17).
+TEST(PlanBatch, LeavesOutBlockSizesThatMakeMoreTilesPerDeviceThanAllowed) {
+  auto batch = Batch::Create({16384}, {*MaskSpec::Parse("causal")},
+                             AttentionShape{.heads = 8, .kv_heads = 2, .head_dim = 64});
+  ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+  const auto tried = [&](int64_t max_tiles_per_device) {
+    auto planned = PlanBatch(*batch, On2x4([&](PlanOptions& o) {
+      o.tuning.block_sizes = {256, 512, 1024};
+      o.tuning.max_tiles_per_device = max_tiles_per_device;
+      o.tuning.tolerances = {{0.1, 0.4}};
+      o.tuning.tightened.reset();
+      o.tuning.head_groups = {};
+      o.tuning.placement_restarts = 0;
+      o.tuning.other_strategies = false;
+    }));
+    EXPECT_TRUE(planned.ok()) << planned.status().ToString();
+    std::vector<int64_t> sizes;
+    if (!planned.ok()) return sizes;
+    // A single candidate is the whole planning: it lists none.
+    if (planned->candidates.empty()) return std::vector<int64_t>{planned->plan.block_size};
+    for (const CandidateOutcome& c : planned->candidates) {
+      sizes.push_back(std::stoll(c.name.substr(std::string("dcp ").size())));
+    }
+    return sizes;
+  };
+  using Sizes = std::vector<int64_t>;
+  EXPECT_EQ(tried(0), (Sizes{256, 512, 1024}));  // no bound
+  EXPECT_EQ(tried(260), (Sizes{256, 512, 1024}));
+  EXPECT_EQ(tried(259), (Sizes{512, 1024}));
+  EXPECT_EQ(tried(66), (Sizes{512, 1024}));
+  EXPECT_EQ(tried(65), (Sizes{1024}));
+  EXPECT_EQ(tried(1), (Sizes{1024}));  // the largest listed size is always tried
+}
+
 // The tuning keeps the candidate the simulator finds fastest among dcp's own placements (each
 // planned here on its own, pinned) and the static layouts (planned here by PlanBaseline), and the
 // result does not depend on the number of threads. (Every candidate searches its divisions by
@@ -1045,7 +1081,9 @@ TEST(PlanBatch, RejectsBadOptionsNamingThem) {
       {On2x4([](PlanOptions& o) { o.block_size = kMaxSequenceLength + 1; }),
        "PlanOptions.block_size 1073741825 must be in [1, 1073741824]"},
       {On2x4([](PlanOptions& o) { o.tuning.block_sizes = {0}; }), "tuning.block_sizes"},
-      {On2x4([](PlanOptions& o) { o.tuning.block_sizes = {1024, kMaxSequenceLength + 1}; }),
+      {On2x4([](PlanOptions& o) {
+         o.tuning.block_sizes = {1024, kMaxSequenceLength + 1};
+       }),
        "tuning.block_sizes holds 1073741825"},
       {On2x4([](PlanOptions& o) {
          o.tuning.tolerances = {{-1, 0.4}};
@@ -1053,6 +1091,8 @@ TEST(PlanBatch, RejectsBadOptionsNamingThem) {
        "tuning.tolerances"},
       {On2x4([](PlanOptions& o) { o.tuning.max_candidates = 0; }), "tuning.max_candidates"},
       {On2x4([](PlanOptions& o) { o.tuning.head_groups = {0}; }), "tuning.head_groups"},
+      {On2x4([](PlanOptions& o) { o.tuning.max_tiles_per_device = -1; }),
+       "tuning.max_tiles_per_device"},
       {On2x4([](PlanOptions& o) { o.tuning.split_max_tiles_per_device = -1; }),
        "tuning.split_max_tiles_per_device"},
       {On2x4([](PlanOptions& o) { o.topology.nodes = 0; }), "topology"},
