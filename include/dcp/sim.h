@@ -185,9 +185,9 @@ Result<SimReport> SimulatePlan(const Plan& plan, const ClusterSpec& cluster,
 Result<double> SimulationLowerBoundSeconds(const Plan& plan, const ClusterSpec& cluster);
 
 // The schedule of `placement` whose compiled plan `cluster` runs fastest (forward + backward)
-// among ScheduleDivisions' own choice, the counts 2, 4, 8, 12 and 16 (kMaxDivisions), and the two
-// counts next to the fastest of these, each compiled and simulated. That cost model sees only the
-// forward inputs; this one sees the whole timeline (backward, partial results going home,
+// among ScheduleDivisions' own choice, the counts 2, 4, 8, 12 and 16 (kMaxSearchedDivisions), and
+// the two counts next to the fastest of these, each compiled and simulated. That cost model sees
+// only the forward inputs; this one sees the whole timeline (backward, partial results going home,
 // rendezvous), at the price of one compile and replay per count tried. With options.divisions
 // fixed, or nothing needing remote data, it is ScheduleDivisions.
 Result<Schedule> ScheduleBySimulation(const Batch& batch, const BlockSet& blocks,

@@ -391,8 +391,8 @@ class DivisionScheduler {
     return tiles;
   }
   // The most bytes of other devices' pieces device d holds at once computing `order` in
-  // kMaxDivisions parts of equal compute, each piece from the part of its first tile to the part
-  // of its last (both passes' bytes, as the divisions' timeline counts them).
+  // kMaxSearchedDivisions parts of equal compute, each piece from the part of its first tile to the
+  // part of its last (both passes' bytes, as the divisions' timeline counts them).
   double PeakBytesAlive(int32_t d, const std::vector<int32_t>& order) const {
     // Per piece of the batch: the call that last saw it, and its first and last part. Kept per
     // thread so that a device's call costs its tiles, not the batch's pieces.
@@ -409,9 +409,9 @@ class DivisionScheduler {
     std::vector<std::pair<size_t, double>> pieces;  // index and bytes of each piece read
     int64_t prefix = 0;
     for (int32_t c : order) {
-      const int32_t part = static_cast<int32_t>(
-          std::min<int64_t>(kMaxDivisions - 1,
-                            (prefix + Flops(c) / 2) * kMaxDivisions / std::max<int64_t>(total, 1)));
+      const int32_t part = static_cast<int32_t>(std::min<int64_t>(
+          kMaxSearchedDivisions - 1,
+          (prefix + Flops(c) / 2) * kMaxSearchedDivisions / std::max<int64_t>(total, 1)));
       prefix += Flops(c);
       const ComputeBlock& cb = blocks_.compute_blocks[c];
       for (auto [side, block] :
@@ -426,13 +426,13 @@ class DivisionScheduler {
         s.last = part;
       }
     }
-    std::vector<double> change(kMaxDivisions + 1, 0);
+    std::vector<double> change(kMaxSearchedDivisions + 1, 0);
     for (const auto& [index, bytes] : pieces) {
       change[seen[index].first] += bytes;
       change[seen[index].last + 1] -= bytes;
     }
     double alive = 0, peak = 0;
-    for (int32_t part = 0; part < kMaxDivisions; ++part) {
+    for (int32_t part = 0; part < kMaxSearchedDivisions; ++part) {
       peak = std::max(peak, alive += change[part]);
     }
     return peak;
@@ -579,7 +579,7 @@ Result<Schedule> ScheduleDivisions(const BlockSet& blocks, const Placement& plac
         "divisions=1 leaves no division for the tiles that need remote data; use 2 or more");
   }
   const int32_t first = options.divisions > 0 ? options.divisions : 2;
-  const int32_t last = options.divisions > 0 ? options.divisions : kMaxDivisions;
+  const int32_t last = options.divisions > 0 ? options.divisions : kMaxSearchedDivisions;
   // Every division count, with equal and with hiding division sizes, priced on the threads; the
   // shortest modelled time wins, the first in this order among equals.
   struct Layout {

@@ -11,7 +11,7 @@
 namespace dcp {
 namespace {
 
-// The coarse grid of division counts: 2 and every multiple of this up to kMaxDivisions.
+// The coarse grid of division counts: 2 and every multiple of this up to kMaxSearchedDivisions.
 constexpr int32_t kGridStep = 4;
 
 struct Tried {
@@ -40,13 +40,13 @@ Result<Schedule> ScheduleBySimulation(const Batch& batch, const BlockSet& blocks
   // polish it (within 1% of trying every count on the batches measured, at half the replays).
   std::vector<int32_t> counts = {chosen.n_divisions};
   const auto add = [&](int32_t n) {
-    if (n >= 2 && n <= kMaxDivisions &&
+    if (n >= 2 && n <= kMaxSearchedDivisions &&
         std::find(counts.begin(), counts.end(), n) == counts.end()) {
       counts.push_back(n);
     }
   };
   add(2);
-  for (int32_t n = kGridStep; n <= kMaxDivisions; n += kGridStep) add(n);
+  for (int32_t n = kGridStep; n <= kMaxSearchedDivisions; n += kGridStep) add(n);
   std::vector<std::optional<Result<Tried>>> tried;
   // Replays counts[tried.size()..] on options.threads threads. The fastest wins, ties to the
   // earlier count in `counts`, so the thread count changes nothing.

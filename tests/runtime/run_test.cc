@@ -135,6 +135,32 @@ TEST(RunPlanInProcess, PartialsSummedInsideANodeMatchTheDenseReference) {
   testing::ExpectWithinTolerance(run, reference, shape.dtype);
 }
 
+// The most divisions a schedule may have (more than the division choice and search try: the
+// tuning goes there to spread peaks) still give the dense reference; one more is refused.
+TEST(RunPlanInProcess, APlanOfTheMostDivisionsMatchesTheDenseReference) {
+  const AttentionShape shape{.heads = 4, .kv_heads = 2, .head_dim = 8, .dtype = DType::kFloat32};
+  auto batch = Batch::Create({1500, 700}, {MaskSpec{}}, shape);
+  auto blocks = MakeBlocks(*batch, {.block_size = 32});
+  const Topology topology{.nodes = 2, .devices_per_node = 4};
+  auto placed = PartitionBlocks(*blocks, topology, {});
+  ASSERT_TRUE(placed.ok()) << placed.status().ToString();
+  EXPECT_FALSE(
+      ScheduleDivisions(*blocks, placed->placement, topology, {.divisions = kMaxDivisions + 1})
+          .ok());
+  auto schedule =
+      ScheduleDivisions(*blocks, placed->placement, topology, {.divisions = kMaxDivisions});
+  ASSERT_TRUE(schedule.ok()) << schedule.status().ToString();
+  ASSERT_EQ(schedule->n_divisions, kMaxDivisions);
+  auto plan = CompilePlan(*batch, *blocks, placed->placement, *schedule, topology);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  BatchTensors run = BatchTensors::ZerosFor(*plan);
+  FillInputs(5, shape.dtype, run);
+  BatchTensors reference = run;
+  ASSERT_TRUE(RunPlanInProcess(*plan, run, {}, 30.0).ok());
+  DenseAttention(*batch, 0, reference);
+  testing::ExpectWithinTolerance(run, reference, shape.dtype);
+}
+
 TEST(RunPlanInProcess, AFailingRankStopsEveryRankWithAClearError) {
   auto batch = Batch::Create({200, 90}, {MaskSpec{}},
                              AttentionShape{.heads = 4, .kv_heads = 2, .head_dim = 8});

@@ -304,7 +304,7 @@ void ExpectNoGridCountFaster(const Batch& batch, int64_t block_size, int64_t hea
     if (seconds(n) < seconds(grid_best)) grid_best = n;
   }
   for (const int32_t n : {grid_best - 1, grid_best + 1}) {
-    if (n >= 2 && n <= kMaxDivisions) {
+    if (n >= 2 && n <= kMaxSearchedDivisions) {
       EXPECT_LE(chosen, seconds(n)) << "count " << n;
     }
   }
