@@ -58,15 +58,14 @@ struct TuningOptions {
   // max/mean tokens within 1 + partition.eps_memory (GreedySpreadImbalance); when none is left
   // (a small batch), the block-size heuristic picks one (ChooseBlockSize).
   std::vector<int64_t> block_sizes = {1024, 2048, 4096};
-  // A size of that list whose blocks cut the batch into more than this many tiles per device
-  // (compute blocks of one head group; HasMoreTilesThan) is left out when a larger size of the
-  // list is tried: that fine, smaller blocks no longer balance better, they only run less
+  // A size of that list whose blocks make more than this many tiles per device (compute blocks of
+  // one head group, as HasMoreTilesThan bounds them) is left out when a larger listed size is
+  // tried: with that many, finer blocks no longer balance the devices better, they run less
   // efficiently, and theirs are the dearest passes (16M tokens on 128x8 in blocks of 1024: 15.3K
-  // per device, about 28 s of planning each). On 19 default plans of 256K-16M tokens (LDC and
-  // LongAlign; causal, lambda, causal-blockwise; 1x8 to 128x8), every size above this bound was
-  // slower than a larger one, blocks of 1024 lost to 4096 from 376 tiles per device up, and they
-  // won only with few (57 per device; on the bench's 128K batches on 4x8, at most about 260 per
-  // device, they win half). 0: none left out.
+  // per device, about 28 s of planning each). On 19 default plans of 256K-16M tokens
+  // (bench/RESULTS.md) every size above this bound was slower than a larger one; blocks of 1024
+  // lost to 4096 from 376 tiles per device up and won only with few (57 per device; on the
+  // bench's 128K batches on 4x8, at most about 260 per device, they win half). 0: none left out.
   int64_t max_tiles_per_device = 2048;
   // Tried in order; empty: the one pair PlanOptions::partition holds (tolerances pinned).
   // (0.02, 0.1): tight inside nodes, looser across them; with it the default plans were 1.3%

@@ -209,9 +209,9 @@ Status ScheduleAndCompile(const Batch& batch, const PlanOptions& options, int32_
 // most the balance slack slower than the plan before it on the cluster model (the time the
 // tuning pays for balance, TuningOptions::balance_slack); otherwise the plan before it is kept:
 // LongAlign x4 causal seed 0 in blocks of 4096 went from 10 divisions (spread 1.52, 12.6 ms) to
-// 16 (1.49, 15.4 ms). A plan over the memory budget doubles whatever it costs. The division count
-// a caller pinned is kept. Returns what it learnt of the plan it keeps, so that it is not worked
-// out again (the peaks lay out every device's slots: 0.2 s per pass at 8M tokens).
+// 16 (1.49, 15.4 ms) when 16 was the most. A plan over the memory budget doubles whatever it costs.
+// The division count a caller pinned is kept. Returns what it learnt of the plan it keeps, so that
+// it is not worked out again (the peaks lay out every device's slots: 0.2 s per pass at 8M tokens).
 struct KeptPlan {
   std::pair<int64_t, double> peaks;  // Peaks
   std::optional<double> seconds;     // on the cluster model, when a doubling was priced
@@ -290,9 +290,19 @@ bool BlocksFit(const Batch& batch, int64_t block_size, const PlanOptions& option
              1 + options.partition.eps_memory;
 }
 
+// Whether blocks of `block_size` make more tiles per device than tuning.max_tiles_per_device
+// allows: never when it is 0, nor when it times the devices overflows (no batch has that many).
+bool TooFine(const Batch& batch, int64_t block_size, const PlanOptions& options) {
+  int64_t max_tiles = 0;
+  return options.tuning.max_tiles_per_device > 0 &&
+         !__builtin_mul_overflow(options.tuning.max_tiles_per_device, options.topology.devices(),
+                                 &max_tiles) &&
+         HasMoreTilesThan(batch, block_size, max_tiles);
+}
+
 // The block sizes to try: the pinned one, or the tuning list without the sizes whose blocks do not
-// fit the devices (BlocksFit) and those finer than needed (TuningOptions::max_tiles_per_device);
-// when that leaves none, 0 (the block-size heuristic).
+// fit the devices (BlocksFit) and those finer than needed beside a larger one (TooFine); when that
+// leaves none, 0 (the block-size heuristic).
 std::vector<int64_t> BlockSizesToTry(const Batch& batch, const PlanOptions& options) {
   if (options.block_size > 0) return {options.block_size};
   std::vector<int64_t> sizes;
@@ -300,15 +310,9 @@ std::vector<int64_t> BlockSizesToTry(const Batch& batch, const PlanOptions& opti
     if (BlocksFit(batch, size, options)) sizes.push_back(size);
   }
   if (sizes.empty()) return {0};
-  int64_t max_tiles = 0;
-  if (options.tuning.max_tiles_per_device > 0 &&
-      !__builtin_mul_overflow(options.tuning.max_tiles_per_device, options.topology.devices(),
-                              &max_tiles)) {
-    const int64_t largest = *std::max_element(sizes.begin(), sizes.end());
-    std::erase_if(sizes, [&](int64_t size) {
-      return size < largest && HasMoreTilesThan(batch, size, max_tiles);
-    });
-  }
+  const int64_t largest = *std::max_element(sizes.begin(), sizes.end());
+  std::erase_if(sizes,
+                [&](int64_t size) { return size < largest && TooFine(batch, size, options); });
   return sizes;
 }
 

@@ -54,6 +54,11 @@ void SortByKey(std::vector<int32_t>& tiles, const KeyOf& key_of) {
   for (size_t i = 0; i < tiles.size(); ++i) tiles[i] = keyed[i].second;
 }
 
+// The parts of equal compute in which PeakBytesAlive counts a tile order's bytes alive: the most
+// divisions the division choice gives a pass (kMaxSearchedDivisions), which the plans at scale
+// take, so that an order is judged about as finely as it will run.
+constexpr int32_t kPeakParts = 16;
+
 class DivisionScheduler {
  public:
   DivisionScheduler(const BlockSet& blocks, const Placement& placement, const Topology& topology,
@@ -391,8 +396,8 @@ class DivisionScheduler {
     return tiles;
   }
   // The most bytes of other devices' pieces device d holds at once computing `order` in
-  // kMaxSearchedDivisions parts of equal compute, each piece from the part of its first tile to the
-  // part of its last (both passes' bytes, as the divisions' timeline counts them).
+  // kPeakParts parts of equal compute, each piece from the part of its first tile to the part of
+  // its last (both passes' bytes, as the divisions' timeline counts them).
   double PeakBytesAlive(int32_t d, const std::vector<int32_t>& order) const {
     // Per piece of the batch: the call that last saw it, and its first and last part. Kept per
     // thread so that a device's call costs its tiles, not the batch's pieces.
@@ -410,8 +415,7 @@ class DivisionScheduler {
     int64_t prefix = 0;
     for (int32_t c : order) {
       const int32_t part = static_cast<int32_t>(std::min<int64_t>(
-          kMaxSearchedDivisions - 1,
-          (prefix + Flops(c) / 2) * kMaxSearchedDivisions / std::max<int64_t>(total, 1)));
+          kPeakParts - 1, (prefix + Flops(c) / 2) * kPeakParts / std::max<int64_t>(total, 1)));
       prefix += Flops(c);
       const ComputeBlock& cb = blocks_.compute_blocks[c];
       for (auto [side, block] :
@@ -426,13 +430,13 @@ class DivisionScheduler {
         s.last = part;
       }
     }
-    std::vector<double> change(kMaxSearchedDivisions + 1, 0);
+    std::vector<double> change(kPeakParts + 1, 0);
     for (const auto& [index, bytes] : pieces) {
       change[seen[index].first] += bytes;
       change[seen[index].last + 1] -= bytes;
     }
     double alive = 0, peak = 0;
-    for (int32_t part = 0; part < kMaxSearchedDivisions; ++part) {
+    for (int32_t part = 0; part < kPeakParts; ++part) {
       peak = std::max(peak, alive += change[part]);
     }
     return peak;

@@ -378,6 +378,7 @@ TEST(HasMoreTilesThan, BoundsTheDenseTileCountOfRandomBatchesOfEveryMaskFamily) 
       grid += n * n;
     }
     if (tiles > 0) {
+      EXPECT_TRUE(HasMoreTilesThan(*batch, c.options.block_size, 0));
       EXPECT_TRUE(HasMoreTilesThan(*batch, c.options.block_size, tiles - 1));
     }
     EXPECT_FALSE(HasMoreTilesThan(*batch, c.options.block_size, grid));

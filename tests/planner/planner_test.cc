@@ -1081,9 +1081,7 @@ TEST(PlanBatch, RejectsBadOptionsNamingThem) {
       {On2x4([](PlanOptions& o) { o.block_size = kMaxSequenceLength + 1; }),
        "PlanOptions.block_size 1073741825 must be in [1, 1073741824]"},
       {On2x4([](PlanOptions& o) { o.tuning.block_sizes = {0}; }), "tuning.block_sizes"},
-      {On2x4([](PlanOptions& o) {
-         o.tuning.block_sizes = {1024, kMaxSequenceLength + 1};
-       }),
+      {On2x4([](PlanOptions& o) { o.tuning.block_sizes = {1024, kMaxSequenceLength + 1}; }),
        "tuning.block_sizes holds 1073741825"},
       {On2x4([](PlanOptions& o) {
          o.tuning.tolerances = {{-1, 0.4}};

@@ -151,6 +151,8 @@ TEST(RunPlanInProcess, APlanOfTheMostDivisionsMatchesTheDenseReference) {
       ScheduleDivisions(*blocks, placed->placement, topology, {.divisions = kMaxDivisions});
   ASSERT_TRUE(schedule.ok()) << schedule.status().ToString();
   ASSERT_EQ(schedule->n_divisions, kMaxDivisions);
+  ASSERT_GE(*std::max_element(schedule->compute_division.begin(), schedule->compute_division.end()),
+            kMaxSearchedDivisions);  // tiles beyond what the division choice would give
   auto plan = CompilePlan(*batch, *blocks, placed->placement, *schedule, topology);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   BatchTensors run = BatchTensors::ZerosFor(*plan);
