@@ -55,9 +55,9 @@ void SortByKey(std::vector<int32_t>& tiles, const KeyOf& key_of) {
 }
 
 // The parts of equal compute in which PeakBytesAlive counts a tile order's bytes alive: the most
-// divisions the division choice gives a pass (kMaxSearchedDivisions), which the plans at scale
-// take, so that an order is judged about as finely as it will run.
-constexpr int32_t kPeakParts = 16;
+// divisions the division choice gives a pass, which the plans at scale take, so that an order is
+// judged about as finely as it will run.
+constexpr int32_t kPeakParts = kMaxSearchedDivisions;
 
 class DivisionScheduler {
  public:

@@ -45,6 +45,18 @@ Case MakeCase(uint64_t seed) {
   return c;
 }
 
+// Runs `plan` on in-process devices from inputs drawn with `seed` and expects the dense
+// reference's outputs and gradients, within the tolerance of the batch's dtype.
+void ExpectRunMatchesTheDenseReference(const Batch& batch, const Plan& plan, uint64_t seed,
+                                       double timeout_s) {
+  BatchTensors run = BatchTensors::ZerosFor(plan);
+  FillInputs(seed, batch.shape().dtype, run);
+  BatchTensors reference = run;
+  ASSERT_TRUE(RunPlanInProcess(plan, run, {}, timeout_s).ok());
+  DenseAttention(batch, 0, reference);
+  testing::ExpectWithinTolerance(run, reference, batch.shape().dtype);
+}
+
 TEST(RunPlanInProcess, MatchesTheDenseReference) {
   for (uint64_t seed = 0; seed < testing::RandomCases(120); ++seed) {
     const Case c = MakeCase(seed);
@@ -67,13 +79,7 @@ TEST(RunPlanInProcess, MatchesTheDenseReference) {
     auto plan = CompilePlan(*batch, *blocks, placed->placement, *schedule, c.topology);
     ASSERT_TRUE(plan.ok());
 
-    BatchTensors run = BatchTensors::ZerosFor(*plan);
-    FillInputs(seed, c.shape.dtype, run);
-    BatchTensors reference = run;
-    ASSERT_TRUE(RunPlanInProcess(*plan, run, {}, 10.0).ok());
-    DenseAttention(*batch, 0, reference);
-
-    testing::ExpectWithinTolerance(run, reference, c.shape.dtype);
+    ASSERT_NO_FATAL_FAILURE(ExpectRunMatchesTheDenseReference(*batch, *plan, seed, 10.0));
   }
 }
 
@@ -99,12 +105,7 @@ TEST(RunPlanInProcess, HeadDim128OnThousandsOfTokensMatchesTheDenseReference) {
     auto schedule = ScheduleDivisions(*blocks, placed->placement, topology, {});
     auto plan = CompilePlan(*batch, *blocks, placed->placement, *schedule, topology);
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-    BatchTensors run = BatchTensors::ZerosFor(*plan);
-    FillInputs(21, dtype, run);
-    BatchTensors reference = run;
-    ASSERT_TRUE(RunPlanInProcess(*plan, run, {}, 30.0).ok());
-    DenseAttention(*batch, 0, reference);
-    testing::ExpectWithinTolerance(run, reference, dtype);
+    ASSERT_NO_FATAL_FAILURE(ExpectRunMatchesTheDenseReference(*batch, *plan, 21, 30.0));
   }
 }
 
@@ -127,12 +128,7 @@ TEST(RunPlanInProcess, PartialsSummedInsideANodeMatchTheDenseReference) {
   ASSERT_LT(MeasureTraffic(*plan, Pass::kBackward).bytes_inter_node,
             MeasureTraffic(*direct, Pass::kBackward).bytes_inter_node);
 
-  BatchTensors run = BatchTensors::ZerosFor(*plan);
-  FillInputs(1, shape.dtype, run);
-  BatchTensors reference = run;
-  ASSERT_TRUE(RunPlanInProcess(*plan, run, {}, 10.0).ok());
-  DenseAttention(*batch, 0, reference);
-  testing::ExpectWithinTolerance(run, reference, shape.dtype);
+  ExpectRunMatchesTheDenseReference(*batch, *plan, 1, 10.0);
 }
 
 // The most divisions a schedule may have (more than the division choice and search try: the
@@ -155,12 +151,7 @@ TEST(RunPlanInProcess, APlanOfTheMostDivisionsMatchesTheDenseReference) {
             kMaxSearchedDivisions);  // tiles beyond what the division choice would give
   auto plan = CompilePlan(*batch, *blocks, placed->placement, *schedule, topology);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  BatchTensors run = BatchTensors::ZerosFor(*plan);
-  FillInputs(5, shape.dtype, run);
-  BatchTensors reference = run;
-  ASSERT_TRUE(RunPlanInProcess(*plan, run, {}, 30.0).ok());
-  DenseAttention(*batch, 0, reference);
-  testing::ExpectWithinTolerance(run, reference, shape.dtype);
+  ExpectRunMatchesTheDenseReference(*batch, *plan, 5, 30.0);
 }
 
 TEST(RunPlanInProcess, AFailingRankStopsEveryRankWithAClearError) {
